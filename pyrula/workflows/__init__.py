@@ -1,0 +1,93 @@
+"""pyrula.workflows: durable workflows whose steps are journaled and survive worker crashes.
+
+A workflow is ``async def f(ctx, **params)`` decorated with :func:`workflow`; each side
+effect inside it is a step (:func:`step` or ``await ctx.step(name, fn)``) whose outcome is
+journaled in a :class:`Store`. A run whose worker dies is claimed by another worker, which
+replays the finished steps from the journal and runs the rest.
+"""
+
+from pyrula.workflows.client import RunHandle, WorkflowClient
+from pyrula.workflows.context import StepContext, WorkflowContext
+from pyrula.workflows.decorators import Step, step, workflow
+from pyrula.workflows.engine.execution import StepTimeout
+from pyrula.workflows.engine.inline import InlineWorkflowRunner
+from pyrula.workflows.errors import (
+    ConfigurationError,
+    DurableInvocationError,
+    Fatal,
+    IdempotencyConflict,
+    InvalidParams,
+    InvalidRunState,
+    LeaseLost,
+    NondeterminismError,
+    NotJSONSerializable,
+    PayloadError,
+    PayloadTooLarge,
+    Poison,
+    PyrulaError,
+    ResultTimeout,
+    RunCancelled,
+    RunDeadLettered,
+    RunNotFound,
+    StepError,
+    StoreError,
+    StoreUnavailable,
+    Transient,
+    UnknownWorkflow,
+    WorkflowError,
+)
+from pyrula.workflows.options import WorkerOptions
+from pyrula.workflows.records import RunRecord, RunStatus
+from pyrula.workflows.registry import WorkflowDefinition
+from pyrula.workflows.retry import RetryPolicy
+from pyrula.workflows.stores import open_store
+from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.memory import MemoryStore
+
+from pyrula.workflows.stores.sqlite import SqliteStore
+from pyrula.workflows.worker import WorkflowWorker
+
+__all__ = [
+    "ConfigurationError",
+    "DurableInvocationError",
+    "Fatal",
+    "IdempotencyConflict",
+    "InlineWorkflowRunner",
+    "InvalidParams",
+    "InvalidRunState",
+    "LeaseLost",
+    "MemoryStore",
+    "NondeterminismError",
+    "NotJSONSerializable",
+    "PayloadError",
+    "PayloadTooLarge",
+    "Poison",
+    "PyrulaError",
+    "ResultTimeout",
+    "RetryPolicy",
+    "RunCancelled",
+    "RunDeadLettered",
+    "RunHandle",
+    "RunNotFound",
+    "RunRecord",
+    "RunStatus",
+    "SqliteStore",
+    "Step",
+    "StepContext",
+    "StepError",
+    "StepTimeout",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "Transient",
+    "UnknownWorkflow",
+    "WorkerOptions",
+    "WorkflowClient",
+    "WorkflowContext",
+    "WorkflowDefinition",
+    "WorkflowError",
+    "WorkflowWorker",
+    "open_store",
+    "step",
+    "workflow",
+]

@@ -1,0 +1,187 @@
+"""The async WorkflowClient and RunHandle."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from pyrula.workflows.errors import (
+    DurableInvocationError,
+    InvalidParams,
+    ResultTimeout,
+    RunCancelled,
+    RunNotFound,
+)
+from pyrula.workflows.records import DEFAULT_OWNER, NewRun, RunRecord, RunStatus
+from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
+from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES, ErrorInfo, decode, encode
+from pyrula.workflows.stores.base import Store
+
+Delay = float | int | timedelta
+
+
+def seconds(value: Delay, what: str) -> float:
+    """A delay as float seconds; negative or non-finite values are refused."""
+    result = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(result, bool) or not isinstance(result, (int, float)):
+        raise InvalidParams(f"{what} must be seconds or a timedelta, got {value!r}")
+    if not math.isfinite(result) or result < 0:
+        raise InvalidParams(f"{what} must be a finite, non-negative duration, got {value!r}")
+    return float(result)
+
+
+def epoch(value: datetime | float) -> float:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidParams(
+                f"start_at={value!r} has no timezone; pass an aware datetime "
+                "(e.g. datetime.now(timezone.utc) + ...)"
+            )
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidParams(f"start_at must be an aware datetime or epoch seconds, got {value!r}")
+    return float(value)
+
+
+class RunHandle:
+    """A run, by id. Cheap to create; every method asks the store."""
+
+    def __init__(self, store: Store, workflow: str, run_id: str) -> None:
+        self._store = store
+        self.workflow = workflow
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle(workflow={self.workflow!r}, run_id={self.run_id!r})"
+
+    async def record(self) -> RunRecord:
+        """The run's full record. Raises RunNotFound."""
+        run = await self._store.get_run(self.run_id)
+        if run is None:
+            raise RunNotFound(f"no run with id {self.run_id!r} in {self._store.url}")
+        return run
+
+    async def status(self) -> RunStatus:
+        return (await self.record()).status
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait for the run to end and return its result.
+
+        Raises :class:`DurableInvocationError` if it failed (or was dead-lettered),
+        :class:`RunCancelled` if it was cancelled or terminated, :class:`ResultTimeout`
+        if ``timeout`` seconds pass first. The wait sleeps until the store says the run
+        ended; it does not poll.
+        """
+        run = await self._store.wait_run(self.run_id, timeout)
+        return outcome_of(run)
+
+    async def cancel(self) -> RunRecord:
+        """Ask the run to stop at its next step boundary (a queued run stops at once)."""
+        return await self._store.cancel_run(self.run_id)
+
+    async def terminate(self) -> RunRecord:
+        """End the run now. A step already running may finish its effects; its result is
+        discarded, and its worker can write nothing more for this run."""
+        return await self._store.terminate_run(self.run_id)
+
+    async def retry(self) -> RunRecord:
+        """Continue a failed, cancelled, terminated or dead run: finished steps replay,
+        the failed one runs again."""
+        return await self._store.retry_run(self.run_id)
+
+
+def outcome_of(run: RunRecord) -> Any:
+    """The result of a run, or the exception that stands for how it ended."""
+    if run.status is RunStatus.COMPLETED:
+        return decode(run.result) if run.result is not None else None
+    if run.status in (RunStatus.FAILED, RunStatus.DEAD):
+        info = ErrorInfo.from_json(run.error or "{}")
+        raise DurableInvocationError(
+            f"run {run.run_id!r} of {run.workflow!r} {run.status.value}: "
+            f"{info.qualified_type}: {info.message}",
+            error_type=info.qualified_type,
+            error_message=info.message,
+            remote_traceback=info.traceback,
+            original=info.rebuild() if info.exception_class() is not None else None,
+        )
+    if run.status in (RunStatus.CANCELLED, RunStatus.TERMINATED):
+        raise RunCancelled(f"run {run.run_id!r} was {run.status.value}", run.status.value)
+    raise ResultTimeout(f"run {run.run_id!r} is still {run.status.value}")
+
+
+class WorkflowClient:
+    """Submits runs and looks them up. Async; see :mod:`pyrula.workflows.sync` for blocking.
+
+    ``require_registered`` (default True) makes ``submit`` refuse names this process has
+    not registered, and check params against the function's signature. Set it False in a
+    process that submits by name only; the worker then checks params when it runs.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        registry: Registry | None = None,
+        require_registered: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.store = store
+        self._registry = registry or default_registry
+        self._require_registered = require_registered
+        self._max_payload = max_payload_bytes
+
+    async def submit(
+        self,
+        workflow: str | WorkflowDefinition,
+        params: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+        delay: Delay | None = None,
+        start_at: datetime | float | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunHandle:
+        """Queue a run of ``workflow`` with ``params``; return its handle.
+
+        ``delay`` (seconds or timedelta) or ``start_at`` (aware datetime) hold the run back.
+        A repeated ``idempotency_key`` returns the first run; the same key with other
+        params raises IdempotencyConflict. Params are checked (JSON, size, signature)
+        here, before anything is stored.
+        """
+        name = workflow.name if isinstance(workflow, WorkflowDefinition) else workflow
+        params = {} if params is None else params
+        if not isinstance(params, Mapping):
+            raise InvalidParams(f"params must be a mapping of name to value, got {params!r}")
+        definition = self._registry.find(name) if isinstance(workflow, str) else workflow
+        if definition is None and self._require_registered:
+            self._registry.get(name)  # raises UnknownWorkflow with the registered names
+        text = encode(dict(params), what="params", max_bytes=self._max_payload)
+        if definition is not None:
+            definition.check_params(params)
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not idempotency_key
+        ):
+            raise InvalidParams("idempotency_key must be a non-empty string")
+        if owner is not None and not isinstance(owner, str):
+            raise InvalidParams(f"owner must be a string, got {owner!r}")
+        new = NewRun(
+            run_id=uuid.uuid4().hex,
+            workflow=name,
+            params=text,
+            owner=owner if owner is not None else DEFAULT_OWNER,
+            idempotency_key=idempotency_key,
+            delay=0.0 if delay is None else seconds(delay, "delay"),
+            start_at=None if start_at is None else epoch(start_at),
+        )
+        record, _ = await self.store.create_run(new)
+        return RunHandle(self.store, record.workflow, record.run_id)
+
+    def handle(self, workflow: str, run_id: str) -> RunHandle:
+        """A handle on an existing run."""
+        return RunHandle(self.store, workflow, run_id)
+
+    async def close(self) -> None:
+        """Close the store."""
+        await self.store.close()

@@ -1,0 +1,130 @@
+"""``@workflow`` and ``@step``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
+
+from pyrula.workflows.errors import ConfigurationError, WorkflowError
+from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
+from pyrula.workflows.retry import RetryPolicy
+
+R = TypeVar("R")
+
+
+def workflow(
+    fn: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    name: str | None = None,
+    registry: Registry | None = None,
+) -> Any:
+    """Register ``async def f(ctx: WorkflowContext, **params)`` as a workflow.
+
+    ``name`` is what callers submit (default: the function's ``__name__``). It must stay
+    the same across deployments: queued runs refer to it.
+    Use bare (``@workflow``) or with arguments (``@workflow(name="orders.process")``).
+    """
+
+    def decorate(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
+        if not inspect.iscoroutinefunction(func):
+            raise ConfigurationError(
+                f"@workflow needs an async def function; {func.__qualname__} is not one"
+            )
+        signature = inspect.signature(func)
+        if not signature.parameters:
+            raise ConfigurationError(
+                f"workflow {func.__qualname__} must take the WorkflowContext as its first "
+                "argument: async def f(ctx, **params)"
+            )
+        workflow_name = name if name is not None else func.__name__
+        if not isinstance(workflow_name, str) or not workflow_name.strip():
+            raise ConfigurationError("a workflow name must be a non-empty string")
+        definition = WorkflowDefinition(name=workflow_name, fn=func, signature=signature)
+        (registry or default_registry).register(definition)
+        return definition
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+class Step:
+    """A function decorated with ``@step``; awaiting a call runs it as a journaled step.
+
+    Calling it inside a workflow (``await charge(amount)``) records its outcome under
+    ``name`` in the current run's journal; the function itself receives a
+    :class:`StepContext` first, then the call's arguments.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        if timeout is not None and timeout <= 0:
+            raise ConfigurationError(f"step timeout must be > 0 seconds, got {timeout!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError("step retry= takes a RetryPolicy")
+        self.fn = fn
+        self.name = name if name is not None else fn.__name__
+        self.retry = retry
+        self.timeout = timeout
+        self.__doc__ = fn.__doc__
+        self.__name__ = fn.__name__
+        self.__qualname__ = fn.__qualname__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        from pyrula.workflows.context import current_context
+
+        ctx = current_context()
+        if ctx is None:
+            raise WorkflowError(
+                f"step {self.name!r} was called outside a running workflow; steps run only "
+                "inside a @workflow function (call the plain function via .fn to test it)"
+            )
+        return ctx._run_step(
+            self.name,
+            self.fn,
+            args,
+            kwargs,
+            retry=self.retry,
+            timeout=self.timeout,
+            takes_context=True,
+        )
+
+
+@overload
+def step(fn: Callable[..., Any]) -> Step: ...
+
+
+@overload
+def step(
+    *, name: str | None = None, retry: RetryPolicy | None = None, timeout: float | None = None
+) -> Callable[[Callable[..., Any]], Step]: ...
+
+
+def step(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+) -> Step | Callable[[Callable[..., Any]], Step]:
+    """Make a sync or async function a journaled step: ``@step`` or ``@step(retry=, timeout=)``.
+
+    The function's first argument is a :class:`StepContext` (``attempt`` is 1-based).
+    ``timeout`` (seconds) cancels async code; a sync step is never killed (Python cannot
+    stop a thread): the engine waits for it and logs an overrun.
+    """
+    if fn is not None:
+        return Step(fn)
+
+    def decorate(func: Callable[..., Any]) -> Step:
+        return Step(func, name=name, retry=retry, timeout=timeout)
+
+    return decorate

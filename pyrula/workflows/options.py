@@ -1,0 +1,63 @@
+"""WorkerOptions: every worker setting, its default and its unit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from pyrula.workflows.errors import ConfigurationError
+from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Settings of a :class:`~pyrula.workflows.WorkflowWorker`. Times are seconds."""
+
+    max_concurrent_runs: int = 50
+    """Runs executing at once on this worker, across all its workflows."""
+    claim_poll_interval: float = 0.1
+    """How often an idle claim loop asks the store for work (it also wakes on new work)."""
+    timer_poll_interval_s: float = 5.0
+    """Longest the timer loop sleeps before looking for runs whose time has come."""
+    timer_max_batch: int = 100
+    """Most timers the timer loop handles per tick."""
+    orphan_scan_interval: float = 60.0
+    """How often to requeue runs whose worker stopped renewing their lease."""
+    shutdown_grace: float = 30.0
+    """On stop, how long in-flight runs may go on before they are cancelled and requeued."""
+    cancel_timeout: float = 5.0
+    """After the grace, how long a cancelled run gets to unwind before it is abandoned."""
+    shard_lease_interval: float = 10.0
+    """How often shard leases are renewed (sharded stores only)."""
+    lock_ttl: float = 30.0
+    """A run's lease lasts this long; it is renewed every third of it while the run lives."""
+    max_recoveries: int = 5
+    """A run taken back from dead workers more often than this is dead-lettered."""
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    """Largest encoded step result or run result."""
+    worker_id: str | None = None
+    """This worker's name (default: host-pid-random)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "worker_id":
+                if value is not None and (not isinstance(value, str) or not value):
+                    raise ConfigurationError("WorkerOptions.worker_id must be a non-empty string")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigurationError(f"WorkerOptions.{f.name} must be a number, got {value!r}")
+            if value <= 0:
+                raise ConfigurationError(f"WorkerOptions.{f.name} must be > 0, got {value!r}")
+        for name in (
+            "max_concurrent_runs",
+            "timer_max_batch",
+            "max_recoveries",
+            "max_payload_bytes",
+        ):
+            if not isinstance(getattr(self, name), int):
+                raise ConfigurationError(f"WorkerOptions.{name} must be an int")
+
+    @property
+    def lease_renew_interval(self) -> float:
+        """Leases are renewed at a third of their TTL, so two renewals may fail in a row."""
+        return self.lock_ttl / 3

@@ -1,0 +1,169 @@
+"""The records that cross the Store interface: frozen dataclasses, no driver types.
+
+Payload fields (``params``, ``result``, journal ``value``, ``error``) are JSON text,
+opaque to stores: a store keeps and returns them byte for byte.
+Times are float seconds since the epoch on the store's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class RunStatus(str, Enum):
+    """Where a run is in its life.
+
+    ``queued`` runs wait for a claim (a future ``available_at`` means delayed);
+    ``running`` runs are held by a worker under a lease; the rest are terminal
+    and never change, except that ``retry`` moves a failed, cancelled, terminated
+    or dead run back to ``queued``.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TERMINATED = "terminated"
+    DEAD = "dead"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.TERMINATED,
+        RunStatus.DEAD,
+    }
+)
+RETRYABLE_STATUSES = frozenset(
+    {RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TERMINATED, RunStatus.DEAD}
+)
+DEFAULT_OWNER = ""
+"""The tenant of runs submitted without an owner."""
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What ``create_run`` stores. ``params`` is JSON text."""
+
+    run_id: str
+    workflow: str
+    params: str
+    owner: str = DEFAULT_OWNER
+    idempotency_key: str | None = None
+    delay: float = 0.0
+    """Seconds after the store's now before the run may be claimed (>= 0)."""
+    start_at: float | None = None
+    """Absolute time (epoch seconds) before which the run may not be claimed; wins over delay."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as the store holds it."""
+
+    run_id: str
+    workflow: str
+    params: str
+    status: RunStatus
+    owner: str
+    idempotency_key: str | None
+    created_at: float
+    available_at: float
+    """Earliest time the run may be claimed (meaningful while queued)."""
+    updated_at: float
+    started_at: float | None = None
+    """When the run was first claimed."""
+    finished_at: float | None = None
+    result: str | None = None
+    """JSON text of the workflow's return value, when completed."""
+    error: str | None = None
+    """:class:`~pyrula.workflows.serialization.ErrorInfo` JSON, when failed or dead."""
+    worker_id: str | None = None
+    """The worker holding the lease while running, else the last one that did."""
+    lease_token: int = 0
+    """Fencing token: goes up on every claim and on every terminate."""
+    lease_expires_at: float | None = None
+    cancel_requested: bool = False
+    """Set by ``cancel_run`` on a running run; honoured at the next step boundary."""
+    recoveries: int = 0
+    """How many times the run was taken back from a worker whose lease expired."""
+    claims: int = 0
+    """How many times the run was claimed."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claimed run. ``token`` must accompany every write for this run."""
+
+    run: RunRecord
+    token: int
+    expires_at: float
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One recorded outcome at one position of a run's journal.
+
+    ``kind`` is ``"step"`` for a step's final outcome. ``ok`` says whether ``value``
+    (JSON text) is a result or an ErrorInfo. ``position`` starts at 0 and is unique per run.
+    """
+
+    run_id: str
+    position: int
+    kind: str
+    name: str
+    ok: bool
+    value: str
+    attempts: int = 1
+    token: int = 0
+    """The fencing token the write carried."""
+    recorded_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of a run attempt, passed to ``finish_run``.
+
+    ``status`` is one of completed, failed, cancelled. ``result`` is JSON text for
+    completed; ``error`` is ErrorInfo JSON for failed.
+    """
+
+    status: RunStatus
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What ``recover_expired`` did."""
+
+    requeued: tuple[str, ...] = ()
+    dead: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker's last heartbeat."""
+
+    worker_id: str
+    workflows: tuple[str, ...]
+    hostname: str
+    pid: int
+    started_at: float
+    last_seen: float
+    running: int

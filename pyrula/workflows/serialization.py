@@ -1,0 +1,159 @@
+"""JSON codec for everything pyrula stores or sends, and the stored form of errors.
+
+Rules: payloads are plain JSON (``dict`` with ``str`` keys, ``list``/``tuple``, ``str``,
+``int``, ``float`` that is finite, ``bool``, ``None``). Nothing is ever pickled. An error
+travels as its class's module and qualified name, its message and traceback text; it is
+rebuilt only as an exception class that imports and subclasses ``BaseException``,
+never by calling anything else named in stored data.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from pyrula.workflows.errors import NotJSONSerializable, PayloadTooLarge
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+"""Default maximum size of one encoded payload (params, a step result, a run result)."""
+
+
+def _check(value: Any, path: str) -> None:
+    """Walk ``value`` and raise NotJSONSerializable naming the first bad path."""
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotJSONSerializable(f"{path} is {value!r}: NaN and infinities are not JSON", path)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotJSONSerializable(
+                    f"{path} has a key {key!r} of type {type(key).__name__}: "
+                    "JSON object keys must be str",
+                    path,
+                )
+            _check(item, f"{path}[{key!r}]")
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]")
+        return
+    raise NotJSONSerializable(
+        f"{path} is a {type(value).__module__}.{type(value).__qualname__}, which is not JSON; "
+        "pass plain dicts, lists, str, int, finite float, bool or None",
+        path,
+    )
+
+
+def encode(value: Any, *, what: str = "value", max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Encode ``value`` as compact JSON, or raise naming the offending path.
+
+    ``what`` is the name used in messages (``params``, ``result of step 'charge'``).
+    """
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        _check(value, what)
+        raise  # pragma: no cover - _check always raises for what json rejects
+    if len(text) > max_bytes // 4 and len(text.encode("utf-8")) > max_bytes:
+        raise PayloadTooLarge(
+            f"{what} encodes to {len(text.encode('utf-8'))} bytes, over the maximum of "
+            f"{max_bytes} bytes; store large data elsewhere and pass a reference"
+        )
+    return text
+
+
+def decode(text: str) -> Any:
+    """Decode JSON written by :func:`encode`."""
+    return json.loads(text)
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An exception in stored form: class location, message and traceback text."""
+
+    type_module: str
+    type_name: str
+    message: str
+    traceback: str
+
+    @property
+    def qualified_type(self) -> str:
+        return f"{self.type_module}.{self.type_name}"
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(
+            type_module=type(exc).__module__,
+            type_name=type(exc).__qualname__,
+            message=str(exc),
+            traceback=tb,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "module": self.type_module,
+                "type": self.type_name,
+                "message": self.message,
+                "traceback": self.traceback,
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ErrorInfo:
+        data = json.loads(text)
+        return cls(
+            type_module=str(data.get("module", "builtins")),
+            type_name=str(data.get("type", "Exception")),
+            message=str(data.get("message", "")),
+            traceback=str(data.get("traceback", "")),
+        )
+
+    def exception_class(self) -> type[BaseException] | None:
+        """The exception class named here, if it imports and subclasses BaseException.
+
+        Only attribute lookups on an already-importable module are made; nothing named
+        in the data is called.
+        """
+        try:
+            module = importlib.import_module(self.type_module)
+        except Exception:
+            return None
+        obj: Any = module
+        for part in self.type_name.split("."):
+            if part == "<locals>":
+                return None
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return None
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            return obj
+        return None
+
+    def rebuild(self) -> BaseException:
+        """An instance of the original class carrying the message, or a RuntimeError.
+
+        The instance is created with ``cls.__new__`` and given ``args`` directly, so no
+        user-defined ``__init__`` runs.
+        """
+        klass = self.exception_class()
+        if klass is None:
+            return RuntimeError(f"{self.qualified_type}: {self.message}")
+        try:
+            exc = klass.__new__(klass)
+            exc.args = (self.message,)
+        except Exception:
+            return RuntimeError(f"{self.qualified_type}: {self.message}")
+        return exc

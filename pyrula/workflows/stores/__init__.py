@@ -1,0 +1,48 @@
+"""Stores, and ``open_store`` which picks one from a URL."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+from pyrula.workflows.errors import ConfigurationError
+from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.memory import MemoryStore
+
+DEFAULT_STORE_URL = "sqlite:///pyrula.db"
+"""Used when neither a URL, ``PYRULA_STORE_URL`` nor ``default=`` is given."""
+
+
+def open_store(url: str | None = None, *, default: str | None = None) -> Store:
+    """A store for ``url``.
+
+    Precedence: an explicit ``url``, then the ``PYRULA_STORE_URL`` environment variable,
+    then ``default``, then ``sqlite:///pyrula.db`` in the working directory.
+    ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` open an embedded
+    SQLite file; ``memory://`` an in-process store.
+    """
+    chosen = url or os.environ.get("PYRULA_STORE_URL") or default or DEFAULT_STORE_URL
+    scheme = urlsplit(chosen).scheme.lower()
+    if scheme == "memory":
+        return MemoryStore()
+    if scheme == "sqlite":
+        from pyrula.workflows.stores.sqlite import SqliteStore
+
+        path = chosen[len("sqlite:///") :] if chosen.lower().startswith("sqlite:///") else ""
+        if not path:
+            raise ConfigurationError(
+                f"store URL {chosen!r} names no file; use sqlite:///relative.db or "
+                "sqlite:////absolute/path.db"
+            )
+        return SqliteStore(path)
+    if scheme in {"redis", "rediss", "valkey", "valkeys", "unix"}:
+        raise ConfigurationError(
+            f"store URL {chosen!r} needs ValkeyStore, which this build does not include yet; "
+            "use sqlite:///path.db or memory://"
+        )
+    raise ConfigurationError(
+        f"unknown store URL {chosen!r}: expected sqlite:///path.db or memory://"
+    )
+
+
+__all__ = ["DEFAULT_STORE_URL", "MemoryStore", "Store", "open_store"]

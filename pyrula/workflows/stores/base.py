@@ -1,0 +1,185 @@
+"""The Store protocol: the one interface every backend implements.
+
+The engine, the worker and the clients speak only to this protocol. Records go in and
+out (:mod:`pyrula.workflows.records`); no driver type crosses it, and driver errors are
+translated to :mod:`pyrula.workflows.errors` at the store boundary.
+:class:`~pyrula.workflows.stores.memory.MemoryStore` is the executable specification and
+``tests/stores/`` is the conformance suite every backend must pass.
+
+Rules every implementation keeps:
+
+* **Store time.** Anything shared (lease expiry, when a run becomes claimable) is decided
+  by the store's clock (:meth:`Store.now`), never the caller's.
+* **Atomicity.** Each operation is atomic: it happens whole or not at all.
+* **Fencing.** Every claim gives the run a new, larger ``lease_token``; terminate bumps it
+  too. ``append_journal``, ``finish_run`` and ``release_run`` are refused with
+  :class:`~pyrula.workflows.errors.LeaseLost` unless the run is ``running`` with exactly
+  the token the caller holds.
+* **Payloads are opaque.** ``params``, results, journal values and errors are JSON text
+  the store keeps byte for byte.
+* **No busy polling.** ``wait_run`` and ``wait_for_work`` return early when the awaited
+  thing happens in this process; across processes a store may watch a cheap change marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from pyrula.workflows.records import (
+    JournalEntry,
+    Lease,
+    NewRun,
+    Outcome,
+    RecoveryReport,
+    RunRecord,
+    RunStatus,
+    WorkerInfo,
+)
+
+
+@dataclass(frozen=True)
+class RenewResult:
+    """What ``renew_leases`` found: runs whose lease is gone, runs asked to cancel."""
+
+    lost: tuple[str, ...] = ()
+    cancel_requested: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable state for runs, their journals and their leases."""
+
+    url: str
+    """Where the store lives, with any password masked; used in messages."""
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect and create or check the schema. Idempotent; called before first use."""
+
+    async def close(self) -> None:
+        """Release connections and wake every waiter. Idempotent.
+
+        A ``wait_run`` woken this way returns the run as it last read it."""
+
+    async def now(self) -> float:
+        """The store's clock, epoch seconds."""
+
+    # -- runs (client side) ----------------------------------------------------------
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Store a queued run and wake a waiting worker; return it and whether it was created.
+
+        With an ``idempotency_key`` already taken: the existing run and ``False`` when the
+        workflow and params are equal, else
+        :class:`~pyrula.workflows.errors.IdempotencyConflict`. Atomic under concurrent
+        callers in any number of processes.
+        """
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Runs matching every given filter, newest first, at most ``limit``."""
+
+    async def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
+        """Return the run once it is terminal, or as it is when ``timeout`` seconds pass.
+
+        Raises :class:`~pyrula.workflows.errors.RunNotFound`. Must not busy-poll.
+        """
+
+    async def cancel_run(self, run_id: str) -> RunRecord:
+        """Cancel: a queued run becomes ``cancelled`` at once; a running run gets
+        ``cancel_requested`` and its worker stops at the next step boundary.
+        A terminal run: :class:`~pyrula.workflows.errors.InvalidRunState`."""
+
+    async def terminate_run(self, run_id: str) -> RunRecord:
+        """End the run at once as ``terminated`` and bump its token, so the worker that
+        holds it can write nothing more. A terminal run: InvalidRunState."""
+
+    async def retry_run(self, run_id: str) -> RunRecord:
+        """Requeue a failed, cancelled, terminated or dead run so it continues.
+
+        The journal is kept, except that a final error entry at its end is removed, so
+        the step that failed runs again while the ones before it replay. Clears the
+        error, ``cancel_requested`` and the recovery count. Other statuses:
+        InvalidRunState.
+        """
+
+    # -- queue and leases (worker side) ----------------------------------------------
+    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
+        """Return when a run of one of ``workflows`` may have become claimable, or after
+        ``timeout`` seconds. Spurious returns are allowed."""
+
+    async def claim_runs(
+        self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+    ) -> list[Lease]:
+        """Claim up to ``limit`` claimable runs of the given workflows.
+
+        Claimable: ``queued`` with ``available_at <= now``. Oldest ``available_at`` first.
+        Each claimed run becomes ``running`` with a new larger ``lease_token``, the lease
+        expiring ``lease_ttl`` seconds from now, ``claims`` incremented and
+        ``started_at`` set on the first claim. Runs of other workflows are never taken.
+        """
+
+    async def next_due_at(self, workflows: Sequence[str]) -> float | None:
+        """The earliest ``available_at`` of a queued run of these workflows, or None.
+
+        The worker's timer loop sleeps until then, so delayed runs start on time.
+        """
+
+    async def renew_leases(
+        self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float
+    ) -> RenewResult:
+        """Extend each ``(run_id, token)`` lease to ``now + lease_ttl``.
+
+        Leases whose token is no longer current, or whose run is not running, are
+        reported lost. Runs with ``cancel_requested`` are reported.
+        """
+
+    async def load_journal(self, run_id: str) -> list[JournalEntry]:
+        """The run's journal entries in position order."""
+
+    async def append_journal(self, token: int, entry: JournalEntry) -> bool:
+        """Record ``entry`` at its position, fenced by ``token``; return ``cancel_requested``.
+
+        Position must be the next free one, or an already written position whose entry
+        is identical in kind, name, ok and value (a retried write whose reply was lost):
+        that is accepted without change. A different entry at a taken position raises
+        :class:`~pyrula.workflows.errors.NondeterminismError`; a stale token, LeaseLost.
+        """
+
+    async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
+        """Record the run's terminal outcome (completed, failed or cancelled), fenced.
+
+        Releases the lease and wakes every ``wait_run`` waiter.
+        """
+
+    async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
+        """Hand a running run back to the queue (graceful stop, or a later retry),
+        fenced. It becomes claimable at ``available_at`` (default: now)."""
+
+    async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
+        """Requeue up to ``limit`` running runs whose lease expired.
+
+        Each recovery increments ``recoveries``; a run whose count would exceed
+        ``max_recoveries`` becomes ``dead`` instead (it keeps killing its workers) with
+        an error saying so.
+        """
+
+    # -- workers ---------------------------------------------------------------------
+    async def heartbeat(self, info: WorkerInfo) -> None:
+        """Record a worker's liveness (``last_seen`` is set to store time)."""
+
+    async def remove_worker(self, worker_id: str) -> None:
+        """Forget a worker that stopped cleanly."""
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Workers seen recently, most recent first."""

@@ -1,0 +1,103 @@
+"""In-process wake-ups that work across threads and event loops.
+
+A store calls :meth:`Notifier.notify` after a write; coroutines blocked in
+:meth:`Notifier.wait` on the same key, in any thread's event loop, wake at once.
+This is what lets ``wait_run`` and ``wait_for_work`` sleep instead of polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import defaultdict
+
+
+class Notifier:
+    """Keyed wake-ups for coroutines on any event loop. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
+            defaultdict(set)
+        )
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def register(self, key: str) -> asyncio.Future[None]:
+        """A future, on the running loop, resolved at the next ``notify(key)``.
+
+        Register before checking the condition, then await it, to never miss a wake-up.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._closed:
+                fut.set_result(None)
+            else:
+                self._waiters[key].add((loop, fut))
+        return fut
+
+    def unregister(self, key: str, fut: asyncio.Future[None]) -> None:
+        with self._lock:
+            waiters = self._waiters.get(key)
+            if waiters is None:
+                return
+            waiters.discard((asyncio.get_running_loop(), fut))
+            if not waiters:
+                del self._waiters[key]
+
+    async def wait(self, fut: asyncio.Future[None], key: str, timeout: float | None) -> bool:
+        """Await a registered future; True if notified, False on timeout."""
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self.unregister(key, fut)
+
+    def notify(self, *keys: str) -> None:
+        """Wake every waiter on any of ``keys``."""
+        with self._lock:
+            targets = [w for key in keys for w in self._waiters.pop(key, ())]
+        for loop, fut in targets:
+            _resolve(loop, fut)
+
+    def close(self) -> None:
+        """Wake everyone; later registrations resolve at once."""
+        with self._lock:
+            self._closed = True
+            targets = [w for waiters in self._waiters.values() for w in waiters]
+            self._waiters.clear()
+        for loop, fut in targets:
+            _resolve(loop, fut)
+
+
+def _set(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _resolve(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        _set(fut)
+        return
+    with contextlib.suppress(RuntimeError):  # that loop is closed; nobody is waiting
+        loop.call_soon_threadsafe(_set, fut)
+
+
+def run_key(run_id: str) -> str:
+    return f"run:{run_id}"
+
+
+def work_key(workflow: str) -> str:
+    return f"work:{workflow}"

@@ -1,0 +1,46 @@
+"""Small rules every store applies the same way, kept here so no backend spells them twice."""
+
+from __future__ import annotations
+
+from pyrula.workflows.errors import IdempotencyConflict
+from pyrula.workflows.records import JournalEntry, NewRun, Outcome, RunRecord, RunStatus
+from pyrula.workflows.serialization import ErrorInfo
+
+FINISH_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+def idempotency_matches(existing: RunRecord, new: NewRun) -> bool:
+    """A repeated key is the same request when workflow and params are equal."""
+    return existing.workflow == new.workflow and existing.params == new.params
+
+
+def idempotency_conflict(key: str, existing: RunRecord, new: NewRun) -> IdempotencyConflict:
+    what = "workflow" if existing.workflow != new.workflow else "params"
+    return IdempotencyConflict(
+        f"idempotency key {key!r} already belongs to run {existing.run_id!r} of workflow "
+        f"{existing.workflow!r} with different {what}; use a new key for a different request"
+    )
+
+
+def same_entry(a: JournalEntry, b: JournalEntry) -> bool:
+    """Whether a repeated journal write is the one already recorded."""
+    return (a.kind, a.name, a.ok, a.value) == (b.kind, b.name, b.ok, b.value)
+
+
+def check_finish_outcome(outcome: Outcome) -> None:
+    if outcome.status not in FINISH_STATUSES:
+        raise ValueError(f"finish_run takes completed, failed or cancelled, not {outcome.status}")
+
+
+def dead_letter_error(run: RunRecord, max_recoveries: int) -> str:
+    """The stored error of a run dead-lettered after too many recoveries."""
+    return ErrorInfo(
+        type_module="pyrula.workflows.errors",
+        type_name="RunDeadLettered",
+        message=(
+            f"run {run.run_id!r} lost its worker {max_recoveries + 1} times "
+            f"(max_recoveries={max_recoveries}); it was dead-lettered so the fleet does not "
+            "crash-loop. Fix the cause, then `pyrula runs retry` it."
+        ),
+        traceback="",
+    ).to_json()

@@ -1,0 +1,384 @@
+"""WorkflowWorker: claim loops, lease renewal, the timer loop and orphan recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyrula.workflows.client import WorkflowClient
+from pyrula.workflows.engine.execution import RunExecution, call_store
+from pyrula.workflows.engine.runner import execute_run
+from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError, StoreUnavailable
+from pyrula.workflows.faults import fault_point
+from pyrula.workflows.options import WorkerOptions
+from pyrula.workflows.records import Lease, WorkerInfo
+from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
+from pyrula.workflows.stores.base import Store
+
+log = logging.getLogger("pyrula.workflows.worker")
+
+STORE_ERROR_BACKOFF_MAX = 5.0
+
+
+@dataclass
+class _Active:
+    lease: Lease
+    task: asyncio.Task[None] | None = None
+    execution: RunExecution | None = None
+    lost: bool = False
+    released: bool = field(default=False)
+
+
+class WorkflowWorker:
+    """Claims and executes runs of its workflows until :meth:`stop` is called.
+
+    ``workflows`` restricts the worker to those definitions; by default it serves every
+    ``@workflow`` imported into the process. ``run()`` blocks until ``stop()``; ``stop()``
+    may be called from a signal handler, another coroutine or another thread.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        workflows: Iterable[WorkflowDefinition] | None = None,
+        options: WorkerOptions | None = None,
+        *,
+        registry: Registry | None = None,
+    ) -> None:
+        if store is None:
+            from pyrula.workflows.stores import open_store
+
+            store = open_store()
+        self.store = store
+        self.options = options or WorkerOptions()
+        self._registry = registry or default_registry
+        self._explicit = list(workflows) if workflows is not None else None
+        for definition in self._explicit or ():
+            if not isinstance(definition, WorkflowDefinition):
+                raise ConfigurationError(
+                    f"workflows= takes @workflow-decorated functions, got {definition!r}"
+                )
+        self.worker_id = self.options.worker_id or (
+            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
+        self.client = WorkflowClient(
+            store, registry=self._registry, max_payload_bytes=self.options.max_payload_bytes
+        )
+        self._active: dict[str, _Active] = {}
+        self._reserved = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._stop_requested = threading.Event()
+        self._slot_freed: asyncio.Event | None = None
+        self._started_at = 0.0
+        self._idle_waiters: list[asyncio.Future[None]] = []
+
+    # -- public ------------------------------------------------------------------------
+    @property
+    def workflows(self) -> list[WorkflowDefinition]:
+        return self._explicit if self._explicit is not None else self._registry.all()
+
+    @property
+    def running(self) -> int:
+        """Runs executing on this worker now."""
+        return len(self._active)
+
+    def stop(self) -> None:
+        """Stop claiming, let in-flight runs finish (up to ``shutdown_grace``), requeue the
+        rest, and return from :meth:`run`. Safe from any thread or a signal handler."""
+        self._stop_requested.set()
+        loop, event = self._loop, self._stop_event
+        if loop is None or event is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            # A closed loop means run() has already returned.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`. Nothing is left claimed by this worker when it returns."""
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        if self._stop_requested.is_set():
+            self._stop_event.set()
+        definitions = {d.name: d for d in self.workflows}
+        await self.store.open()
+        self._started_at = await self.store.now()
+        executor = ThreadPoolExecutor(
+            max_workers=self.options.max_concurrent_runs, thread_name_prefix="pyrula-step"
+        )
+        log.info(
+            "worker %s serving %s on %s",
+            self.worker_id,
+            ", ".join(sorted(definitions)) or "no workflows",
+            self.store.url,
+        )
+        claimers = [
+            asyncio.create_task(self._claim_loop(d, executor), name=f"pyrula-claim-{d.name}")
+            for d in definitions.values()
+        ]
+        housekeeping = [
+            asyncio.create_task(self._renew_loop(list(definitions)), name="pyrula-renew"),
+            asyncio.create_task(self._orphan_loop(), name="pyrula-orphans"),
+            asyncio.create_task(self._timer_loop(list(definitions)), name="pyrula-timers"),
+        ]
+        try:
+            await self._stop_event.wait()
+        finally:
+            # Claim loops finish their current claim and exit: cancelling one mid-claim
+            # would drop runs it had just claimed, leaving them held until their lease ran out.
+            self._stop_event.set()
+            self._slot_freed.set()
+            self._wake_claimers()
+            _, stuck = await asyncio.wait(claimers, timeout=self.options.cancel_timeout)
+            for task in stuck:
+                task.cancel()
+            await asyncio.gather(*claimers, return_exceptions=True)
+            await self._drain()
+            for task in housekeeping:
+                task.cancel()
+            await asyncio.gather(*housekeeping, return_exceptions=True)
+            executor.shutdown(wait=False, cancel_futures=True)
+            try:
+                await self.store.remove_worker(self.worker_id)
+            except StoreError as exc:
+                log.warning("could not deregister worker %s: %s", self.worker_id, exc)
+            log.info("worker %s stopped", self.worker_id)
+
+    # -- claiming ----------------------------------------------------------------------
+    def _free_slots(self) -> int:
+        return self.options.max_concurrent_runs - len(self._active) - self._reserved
+
+    async def _claim_loop(
+        self, definition: WorkflowDefinition, executor: ThreadPoolExecutor
+    ) -> None:
+        assert self._stop_event is not None and self._slot_freed is not None
+        backoff = self.options.claim_poll_interval
+        while not self._stop_event.is_set():
+            free = self._free_slots()
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            if self._stop_event.is_set():
+                break
+            self._reserved += free
+            try:
+                leases = await self.store.claim_runs(
+                    self.worker_id, [definition.name], free, self.options.lock_ttl
+                )
+            except StoreUnavailable as exc:
+                log.warning(
+                    "claim for %s failed: %s; retrying in %.1fs", definition.name, exc, backoff
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, STORE_ERROR_BACKOFF_MAX)
+                continue
+            finally:
+                self._reserved -= free
+            backoff = self.options.claim_poll_interval
+            for lease in leases:
+                self._start(definition, lease, executor)
+            if len(leases) < free:
+                await self._idle(definition.name)
+
+    def _start(
+        self, definition: WorkflowDefinition, lease: Lease, executor: ThreadPoolExecutor
+    ) -> None:
+        active = _Active(lease=lease)
+        self._active[lease.run_id] = active
+        active.task = asyncio.create_task(
+            self._execute(definition, active, executor), name=f"pyrula-run-{lease.run_id}"
+        )
+
+    async def _execute(
+        self, definition: WorkflowDefinition, active: _Active, executor: ThreadPoolExecutor
+    ) -> None:
+        lease = active.lease
+        try:
+            fault_point("after_claim")
+
+            def started(execution: RunExecution) -> None:
+                active.execution = execution
+                execution.lost = active.lost
+
+            await execute_run(
+                definition,
+                lease,
+                self.store,
+                executor=executor,
+                max_payload_bytes=self.options.max_payload_bytes,
+                store_retry_window=self.options.lock_ttl,
+                on_start=started,
+            )
+        except asyncio.CancelledError:
+            if not active.lost:
+                await self._release(lease)
+        except Exception:
+            # An engine or store failure, not the workflow's: the lease will lapse and
+            # the orphan scan hands the run to a worker that can finish it.
+            log.exception(
+                "run %s: engine error; it will be recovered after its lease", lease.run_id
+            )
+        finally:
+            self._active.pop(lease.run_id, None)
+            if self._slot_freed is not None:
+                self._slot_freed.set()
+
+    async def _release(self, lease: Lease) -> None:
+        try:
+            await call_store(
+                lambda: self.store.release_run(lease.run_id, lease.token),
+                self.options.cancel_timeout,
+                f"release of {lease.run_id}",
+            )
+            log.info("run %s requeued", lease.run_id)
+        except LeaseLost:
+            pass
+        except StoreError as exc:
+            log.warning(
+                "run %s could not be requeued (%s); its lease will lapse", lease.run_id, exc
+            )
+
+    # -- shutdown ----------------------------------------------------------------------
+    async def _drain(self) -> None:
+        tasks = [a.task for a in self._active.values() if a.task is not None]
+        if tasks:
+            log.info(
+                "worker %s draining %d runs (grace %.1fs)",
+                self.worker_id,
+                len(tasks),
+                self.options.shutdown_grace,
+            )
+            await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
+        remaining = [
+            a.task for a in self._active.values() if a.task is not None and not a.task.done()
+        ]
+        for task in remaining:
+            task.cancel()
+        if remaining:
+            await asyncio.wait(remaining, timeout=self.options.cancel_timeout)
+
+    # -- housekeeping ------------------------------------------------------------------
+    async def _renew_loop(self, workflows: list[str]) -> None:
+        interval = self.options.lease_renew_interval
+        while True:
+            try:
+                await self._renew_once(workflows)
+            except StoreError as exc:
+                log.warning("lease renewal failed: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def _renew_once(self, workflows: list[str]) -> None:
+        await self.store.heartbeat(
+            WorkerInfo(
+                worker_id=self.worker_id,
+                workflows=tuple(workflows),
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=self._started_at,
+                last_seen=0.0,
+                running=len(self._active),
+            )
+        )
+        if not self._active or fault_point("skip_lease_renewal"):
+            return
+        held = [(a.lease.run_id, a.lease.token) for a in self._active.values()]
+        result = await self.store.renew_leases(self.worker_id, held, self.options.lock_ttl)
+        for run_id in result.lost:
+            active = self._active.get(run_id)
+            if active is None:
+                continue
+            log.warning("run %s: lease lost (terminated or reclaimed); stopping it here", run_id)
+            active.lost = True
+            if active.execution is not None:
+                active.execution.lost = True
+            if active.task is not None:
+                active.task.cancel()
+        for run_id in result.cancel_requested:
+            active = self._active.get(run_id)
+            if active is not None and active.execution is not None:
+                active.execution.cancel_requested = True
+
+    async def _orphan_loop(self) -> None:
+        while True:
+            try:
+                report = await self.store.recover_expired(self.options.max_recoveries, limit=1000)
+                if report.requeued:
+                    log.warning(
+                        "requeued %d runs whose worker stopped renewing: %s",
+                        len(report.requeued),
+                        ", ".join(report.requeued[:10]),
+                    )
+                if report.dead:
+                    log.error(
+                        "dead-lettered %d runs that kept losing their worker: %s",
+                        len(report.dead),
+                        ", ".join(report.dead[:10]),
+                    )
+            except StoreError as exc:
+                log.warning("orphan scan failed: %s", exc)
+            await asyncio.sleep(self.options.orphan_scan_interval)
+
+    async def _timer_loop(self, workflows: list[str]) -> None:
+        """Wake the claim loops when a delayed or backed-off run becomes due.
+
+        Claim loops also poll, so this makes a due run start on time even when
+        ``claim_poll_interval`` is long: it sleeps until the next due time the store
+        knows of, capped by ``timer_poll_interval_s``.
+        """
+        while True:
+            delay = self.options.timer_poll_interval_s
+            try:
+                due = await self.store.next_due_at(workflows)
+                if due is not None:
+                    now = await self.store.now()
+                    if due <= now:
+                        self._wake_claimers()
+                        delay = min(delay, self.options.claim_poll_interval)
+                    else:
+                        delay = min(delay, due - now)
+            except StoreError as exc:
+                log.warning("timer scan failed: %s", exc)
+            await asyncio.sleep(delay)
+            if delay < self.options.timer_poll_interval_s:
+                self._wake_claimers()
+
+    def _wake_claimers(self) -> None:
+        for fut in self._idle_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._idle_waiters.clear()
+
+    async def _idle(self, workflow: str) -> None:
+        """Wait for new work, a due timer, or stop; at most ``claim_poll_interval``."""
+        assert self._loop is not None and self._stop_event is not None
+        woken: asyncio.Future[None] = self._loop.create_future()
+        self._idle_waiters.append(woken)
+        work: asyncio.Future[None] = asyncio.ensure_future(
+            self.store.wait_for_work([workflow], self.options.claim_poll_interval)
+        )
+        stop: asyncio.Future[bool] = asyncio.ensure_future(self._stop_event.wait())
+        try:
+            waits: list[asyncio.Future[Any]] = [work, stop, woken]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            work.cancel()
+            stop.cancel()
+            woken.cancel()

@@ -43,7 +43,6 @@ from pyrula.workflows.retry import RetryPolicy
 from pyrula.workflows.stores import open_store
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
-
 from pyrula.workflows.stores.sqlite import SqliteStore
 from pyrula.workflows.worker import WorkflowWorker
 

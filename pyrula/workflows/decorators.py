@@ -13,12 +13,22 @@ from pyrula.workflows.retry import RetryPolicy
 R = TypeVar("R")
 
 
+@overload
+def workflow(fn: Callable[..., Awaitable[Any]]) -> WorkflowDefinition: ...
+
+
+@overload
+def workflow(
+    *, name: str | None = None, registry: Registry | None = None
+) -> Callable[[Callable[..., Awaitable[Any]]], WorkflowDefinition]: ...
+
+
 def workflow(
     fn: Callable[..., Awaitable[Any]] | None = None,
     *,
     name: str | None = None,
     registry: Registry | None = None,
-) -> Any:
+) -> WorkflowDefinition | Callable[[Callable[..., Awaitable[Any]]], WorkflowDefinition]:
     """Register ``async def f(ctx: WorkflowContext, **params)`` as a workflow.
 
     ``name`` is what callers submit (default: the function's ``__name__``). It must stay

@@ -46,7 +46,7 @@ class WorkerOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigurationError(f"WorkerOptions.{f.name} must be a number, got {value!r}")
-            if value <= 0:
+            if not value > 0:  # written so that NaN is refused too
                 raise ConfigurationError(f"WorkerOptions.{f.name} must be > 0, got {value!r}")
         for name in (
             "max_concurrent_runs",

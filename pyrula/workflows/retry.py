@@ -31,6 +31,11 @@ class RetryPolicy:
             raise ConfigurationError(
                 f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts!r}"
             )
+        for name in ("initial_backoff", "max_backoff", "backoff_coefficient", "jitter"):
+            value = getattr(self, name)
+            # NaN passes every comparison below, and a NaN backoff breaks asyncio.sleep.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise ConfigurationError(f"RetryPolicy.{name} must be a number, got {value!r}")
         if self.initial_backoff < 0 or self.max_backoff < 0:
             raise ConfigurationError("RetryPolicy backoffs must be >= 0 seconds")
         if self.backoff_coefficient < 1:

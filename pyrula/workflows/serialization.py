@@ -53,6 +53,17 @@ def _check(value: Any, path: str) -> None:
     )
 
 
+def _keys_are_str(value: Any) -> bool:
+    """Whether every dict inside ``value`` has only str keys."""
+    if isinstance(value, dict):
+        return all(isinstance(key, str) for key in value) and all(
+            _keys_are_str(item) for item in value.values() if isinstance(item, (dict, list, tuple))
+        )
+    if isinstance(value, (list, tuple)):
+        return all(_keys_are_str(item) for item in value if isinstance(item, (dict, list, tuple)))
+    return True
+
+
 def encode(value: Any, *, what: str = "value", max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Encode ``value`` as compact JSON, or raise naming the offending path.
 
@@ -63,9 +74,25 @@ def encode(value: Any, *, what: str = "value", max_bytes: int = DEFAULT_MAX_PAYL
     except (TypeError, ValueError):
         _check(value, what)
         raise  # pragma: no cover - _check always raises for what json rejects
-    if len(text) > max_bytes // 4 and len(text.encode("utf-8")) > max_bytes:
+    if not _keys_are_str(value):
+        # json.dumps silently turns int, float, bool and None keys into strings, so the
+        # value would come back changed: refuse it like any other non-JSON value.
+        _check(value, what)
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise NotJSONSerializable(
+                f"{what} holds a string with a lone surrogate ({exc.object[exc.start:exc.end]!r}),"
+                " which is not valid UTF-8 text; decode bytes with errors='replace' or pass "
+                "them base64-encoded",
+                what,
+            ) from None
+    if size > max_bytes:
         raise PayloadTooLarge(
-            f"{what} encodes to {len(text.encode('utf-8'))} bytes, over the maximum of "
+            f"{what} encodes to {size} bytes, over the maximum of "
             f"{max_bytes} bytes; store large data elsewhere and pass a reference"
         )
     return text

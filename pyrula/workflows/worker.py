@@ -10,13 +10,13 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula.workflows.client import WorkflowClient
 from pyrula.workflows.engine.execution import RunExecution, call_store
 from pyrula.workflows.engine.runner import execute_run
+from pyrula.workflows.engine.threads import StepThreadPool
 from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError, StoreUnavailable
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.options import WorkerOptions
@@ -120,9 +120,7 @@ class WorkflowWorker:
         definitions = {d.name: d for d in self.workflows}
         await self.store.open()
         self._started_at = await self.store.now()
-        executor = ThreadPoolExecutor(
-            max_workers=self.options.max_concurrent_runs, thread_name_prefix="pyrula-step"
-        )
+        executor = StepThreadPool(self.options.max_concurrent_runs)
         log.info(
             "worker %s serving %s on %s",
             self.worker_id,
@@ -166,7 +164,7 @@ class WorkflowWorker:
         return self.options.max_concurrent_runs - len(self._active) - self._reserved
 
     async def _claim_loop(
-        self, definition: WorkflowDefinition, executor: ThreadPoolExecutor
+        self, definition: WorkflowDefinition, executor: StepThreadPool
     ) -> None:
         assert self._stop_event is not None and self._slot_freed is not None
         backoff = self.options.claim_poll_interval
@@ -192,6 +190,9 @@ class WorkflowWorker:
                 continue
             finally:
                 self._reserved -= free
+                # Another workflow's claim loop may have found every slot reserved by
+                # this claim and be waiting for a slot: the unused ones are free again.
+                self._slot_freed.set()
             backoff = self.options.claim_poll_interval
             for lease in leases:
                 self._start(definition, lease, executor)
@@ -199,7 +200,7 @@ class WorkflowWorker:
                 await self._idle(definition.name)
 
     def _start(
-        self, definition: WorkflowDefinition, lease: Lease, executor: ThreadPoolExecutor
+        self, definition: WorkflowDefinition, lease: Lease, executor: StepThreadPool
     ) -> None:
         active = _Active(lease=lease)
         self._active[lease.run_id] = active
@@ -208,7 +209,7 @@ class WorkflowWorker:
         )
 
     async def _execute(
-        self, definition: WorkflowDefinition, active: _Active, executor: ThreadPoolExecutor
+        self, definition: WorkflowDefinition, active: _Active, executor: StepThreadPool
     ) -> None:
         lease = active.lease
         try:

@@ -156,7 +156,11 @@ class RunExecution:
                     )
                     break
                 except PayloadError as exc:
+                    # The step ran and its effects happened: retrying would repeat them
+                    # only to return the same unstorable value. Fail the step now.
                     ok, value = False, exc
+                    text = ErrorInfo.from_exception(value).to_json()
+                    break
             if not policy.should_retry(value, attempt):
                 text = ErrorInfo.from_exception(value).to_json()
                 break
@@ -243,6 +247,13 @@ class RunExecution:
         try:
             cancel = await call_store(write, self._store_window, f"journal write for {self.run_id}")
         except LeaseLost:
+            self.lost = True
+            raise LeaseGone() from None
+        except StoreUnavailable as exc:
+            # Not the workflow's failure: the store stayed away for a whole lease, so the
+            # lease has lapsed too. Abandon the run; the orphan scan hands it on and the
+            # next claimant replays the journal (which may already hold this entry).
+            log.warning("run %s: journal write failed (%s); abandoning the run", self.run_id, exc)
             self.lost = True
             raise LeaseGone() from None
         except NondeterminismError as exc:

@@ -21,6 +21,9 @@ from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 
 INLINE_LEASE_TTL = 3600.0
+INLINE_CLAIM_LIMIT = 100
+"""``execute`` claims up to this many due runs of the workflow to find the one it was
+given; the others go straight back to their place in the queue."""
 
 
 class InlineWorkflowRunner:
@@ -46,12 +49,13 @@ class InlineWorkflowRunner:
         """Execute an already submitted, claimable run here and return its outcome."""
         definition = self._registry.get(handle.workflow)
         leases = await self.store.claim_runs(
-            self.worker_id, [definition.name], limit=1, lease_ttl=INLINE_LEASE_TTL
+            self.worker_id, [definition.name], limit=INLINE_CLAIM_LIMIT, lease_ttl=INLINE_LEASE_TTL
         )
         lease = next((x for x in leases if x.run_id == handle.run_id), None)
+        for other in leases:
+            if other is not lease:  # back at its original place, not behind the others
+                await self.store.release_run(other.run_id, other.token, other.run.available_at)
         if lease is None:
-            for other in leases:
-                await self.store.release_run(other.run_id, other.token)
             run = await handle.record()
             if run.is_terminal:
                 return outcome_of(run)

@@ -1,0 +1,1 @@
+"""Runnable examples. ``examples.workflows`` is importable from the repository root."""

@@ -1,0 +1,42 @@
+"""The ``pyrula`` command group (entry point ``pyrula = "pyrula.cli.main:main"``).
+
+Exit codes: 0 success (and a worker's clean stop), 1 a command that could not be carried
+out (no such run, a run in the wrong state, the store unreachable, a second stop signal),
+2 usage errors (bad flags or option values, a workflow module that does not import).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from pyrula.cli.runs import runs_group
+from pyrula.cli.worker import worker_command
+
+
+def _version() -> str:
+    try:
+        return version("pyrula")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", "-V", prog_name="pyrula")
+def cli() -> None:
+    """pyrula: durable workflows. Run workers and look after runs."""
+
+
+cli.add_command(worker_command)
+cli.add_command(runs_group)
+
+
+def main() -> None:
+    """Console-script entry point. Ctrl-C before a worker has installed its signal
+    handlers prints ``Aborted!`` and exits 1 (click's handling)."""
+    cli.main(prog_name="pyrula")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""``pyrula runs list|show|retry|cancel``: look at runs and act on them in a store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from pyrula.cli import render
+from pyrula.cli.render import CliError
+from pyrula.workflows import PyrulaError, RunNotFound, RunStatus, Store, open_store
+from pyrula.workflows.records import JournalEntry, RunRecord
+from pyrula.workflows.stores import DEFAULT_STORE_URL
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_option(command: F) -> F:
+    return click.option(
+        "--store",
+        "store_url",
+        envvar="PYRULA_STORE_URL",
+        show_envvar=True,
+        metavar="URL",
+        help=f"Store URL [default: {DEFAULT_STORE_URL}]",
+    )(command)
+
+
+def json_option(command: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
+    )(command)
+
+
+def with_store(url: str | None, action: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store, run ``action`` on it, close it; a pyrula error is one line, exit 1."""
+
+    async def main() -> T:
+        store = open_store(url)
+        await store.open()
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(main())
+    except PyrulaError as exc:
+        raise CliError(str(exc)) from None  # store messages mask passwords
+
+
+async def _get(store: Store, run_id: str) -> RunRecord:
+    run = await store.get_run(run_id)
+    if run is None:
+        raise RunNotFound(f"no run with id {run_id!r} in {store.url}")
+    return run
+
+
+@click.group("runs")
+def runs_group() -> None:
+    """Look at runs and retry or cancel them."""
+
+
+@runs_group.command("list")
+@store_option
+@click.option("--workflow", metavar="NAME", help="Only runs of this workflow.")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in RunStatus]),
+    help="Only runs in this status.",
+)
+@click.option("--owner", metavar="OWNER", help="Only runs of this owner ('' is the default).")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most N runs."
+)
+@json_option
+def list_command(
+    store_url: str | None,
+    workflow: str | None,
+    status: str | None,
+    owner: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+
+    async def query(store: Store) -> tuple[list[RunRecord], float]:
+        runs = await store.list_runs(
+            workflow=workflow,
+            status=RunStatus(status) if status is not None else None,
+            owner=owner,
+            limit=limit,
+        )
+        return runs, await store.now()
+
+    runs, now = with_store(store_url, query)
+    if as_json:
+        render.echo_json({"runs": [render.run_dict(run, now) for run in runs]})
+    else:
+        click.echo(render.runs_table(runs, now))
+
+
+@runs_group.command("show")
+@click.argument("run_id")
+@store_option
+@json_option
+def show_command(run_id: str, store_url: str | None, as_json: bool) -> None:
+    """Show one run: its record, its error and its journal."""
+
+    async def query(store: Store) -> tuple[RunRecord, list[JournalEntry], float]:
+        run = await _get(store, run_id)
+        return run, await store.load_journal(run_id), await store.now()
+
+    run, journal, now = with_store(store_url, query)
+    if as_json:
+        render.echo_json(
+            {"run": render.run_dict(run, now), "journal": [render.entry_dict(e) for e in journal]}
+        )
+    else:
+        click.echo(render.run_detail(run, journal, now))
+
+
+@runs_group.command("retry")
+@click.argument("run_id")
+@store_option
+@json_option
+def retry_command(run_id: str, store_url: str | None, as_json: bool) -> None:
+    """Requeue a failed, cancelled, terminated or dead run.
+
+    Its finished steps replay from the journal; the step that failed runs again.
+    """
+
+    async def act(store: Store) -> tuple[RunRecord, float]:
+        return await store.retry_run(run_id), await store.now()
+
+    run, now = with_store(store_url, act)
+    if as_json:
+        render.echo_json({"run": render.run_dict(run, now)})
+    else:
+        click.echo(render.change_line("retry", run))
+
+
+@runs_group.command("cancel")
+@click.argument("run_id")
+@click.option(
+    "--terminate",
+    is_flag=True,
+    help="End the run now instead of at its next step boundary; a step already running "
+    "may finish its effects, but its result is discarded.",
+)
+@store_option
+@json_option
+def cancel_command(run_id: str, terminate: bool, store_url: str | None, as_json: bool) -> None:
+    """Cancel a run: a queued run at once, a running one at its next step boundary."""
+
+    async def act(store: Store) -> tuple[RunRecord, float]:
+        run = await (store.terminate_run(run_id) if terminate else store.cancel_run(run_id))
+        return run, await store.now()
+
+    run, now = with_store(store_url, act)
+    if as_json:
+        render.echo_json({"run": render.run_dict(run, now)})
+    else:
+        click.echo(render.change_line("cancel", run))

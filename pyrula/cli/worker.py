@@ -1,0 +1,293 @@
+"""``pyrula worker``: import workflow modules and serve their runs until SIGTERM or SIGINT.
+
+Every :class:`~pyrula.workflows.WorkerOptions` field gets a flag, derived from the
+dataclass itself (name, type, default, and the field's docstring as help), so a new field
+shows up here without anyone remembering to add it. The flag is the field name in
+kebab case, with a trailing ``_s`` (a unit suffix) dropped: ``timer_poll_interval_s`` is
+``--timer-poll-interval``.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import dataclasses
+import importlib
+import inspect
+import itertools
+import logging
+import os
+import re
+import signal
+import sys
+import textwrap
+import time
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from pyrula.cli.logging_setup import LEVELS, configure_logging
+from pyrula.cli.render import CliError, CliUsageError, mask_url
+from pyrula.workflows import (
+    ConfigurationError,
+    PyrulaError,
+    WorkerOptions,
+    WorkflowWorker,
+    open_store,
+)
+from pyrula.workflows.stores import DEFAULT_STORE_URL
+
+log = logging.getLogger("pyrula.cli.worker")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"max_concurrent_runs": ("-c",)}
+"""Short forms of some option flags."""
+EXIT_FORCED = 1
+"""Exit code after a second SIGTERM/SIGINT cut the graceful stop short."""
+REPEAT_SIGNAL_WINDOW = 0.5
+"""A second stop signal this soon after the first is the same stop delivered twice (a
+wrapper such as ``timeout`` signals both its child and the process group), not a
+request to exit at once."""
+
+
+@dataclass(frozen=True)
+class OptionFlag:
+    """The command-line flag of one WorkerOptions field."""
+
+    field: str
+    flag: str
+    aliases: tuple[str, ...]
+    type: click.ParamType[Any]
+    metavar: str
+    default: Any
+    help: str
+
+
+def flag_name(field: str) -> str:
+    """``timer_poll_interval_s`` -> ``--timer-poll-interval``."""
+    return "--" + field.removesuffix("_s").replace("_", "-")
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstrings written under each field of a dataclass (empty if no source)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _click_type(field: str, hint: Any) -> tuple[click.ParamType[Any], str]:
+    members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    base = members[0] if len(members) == 1 else hint
+    if base is bool:
+        return click.BOOL, "BOOL"
+    if base is int:
+        return click.INT, "N"
+    if base is float:
+        return click.FLOAT, "SECONDS"
+    if base is str:
+        return click.STRING, "TEXT"
+    raise TypeError(
+        f"WorkerOptions.{field} has type {hint!r}, which pyrula.cli.worker cannot parse "
+        "from a flag; teach _click_type about it"
+    )
+
+
+def _worker_flags() -> tuple[OptionFlag, ...]:
+    hints = typing.get_type_hints(WorkerOptions)
+    docs = _field_docs(WorkerOptions)
+    flags = []
+    for field in dataclasses.fields(WorkerOptions):
+        param_type, metavar = _click_type(field.name, hints[field.name])
+        flags.append(
+            OptionFlag(
+                field=field.name,
+                flag=flag_name(field.name),
+                aliases=FLAG_ALIASES.get(field.name, ()),
+                type=param_type,
+                metavar=metavar,
+                default=field.default,
+                help=docs.get(field.name, f"WorkerOptions.{field.name}."),
+            )
+        )
+    return tuple(flags)
+
+
+WORKER_FLAGS = _worker_flags()
+"""One flag per WorkerOptions field, in field order."""
+
+
+def worker_option_flags(command: F) -> F:
+    """Add every WORKER_FLAGS option to a click command; unset flags pass None."""
+    for spec in reversed(WORKER_FLAGS):
+        shown = spec.default is not None and spec.default is not dataclasses.MISSING
+        command = click.option(
+            spec.flag,
+            *spec.aliases,
+            spec.field,
+            type=spec.type,
+            metavar=spec.metavar,
+            default=None,
+            help=spec.help + (f"  [default: {spec.default}]" if shown else ""),
+        )(command)
+    return command
+
+
+def options_from_params(params: Mapping[str, Any]) -> WorkerOptions:
+    """WorkerOptions from parsed flags: flags not given keep the dataclass defaults."""
+    given = {s.field: params[s.field] for s in WORKER_FLAGS if params.get(s.field) is not None}
+    try:
+        return WorkerOptions(**given)
+    except ConfigurationError as exc:
+        match = re.search(r"WorkerOptions\.(\w+)", str(exc))
+        where = f"{flag_name(match.group(1))}: " if match else ""
+        raise CliUsageError(f"{where}{exc}") from None
+
+
+def import_workflow_modules(names: Iterable[str]) -> None:
+    """Import each module so its ``@workflow`` functions register; the cwd is importable."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # whatever the module raises, it is the module's error
+            hint = " (give a module name such as app or pkg.flows, not a file)"
+            raise CliUsageError(
+                f"cannot import workflow module {name!r}: {type(exc).__name__}: {exc}"
+                + (hint if name.endswith(".py") else ""),
+            ) from None
+
+
+@click.command("worker")
+@click.option(
+    "--workflow",
+    "-w",
+    "modules",
+    multiple=True,
+    required=True,
+    metavar="MODULE",
+    help="Import MODULE (dotted name, importable from the current directory) so its "
+    "@workflow functions register. Repeat for more modules. The worker serves every "
+    "workflow registered in the process.",
+)
+@click.option(
+    "--store",
+    "store_url",
+    envvar="PYRULA_STORE_URL",
+    show_envvar=True,
+    metavar="URL",
+    help=f"Store URL: sqlite:///relative.db, sqlite:////abs/path.db or memory:// "
+    f"[default: {DEFAULT_STORE_URL}]",
+)
+@click.option(
+    "--loglevel",
+    "-l",
+    type=click.Choice(LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Log records at this level and above go to stderr.",
+)
+@worker_option_flags
+def worker_command(
+    modules: tuple[str, ...], store_url: str | None, loglevel: str, **values: Any
+) -> None:
+    """Serve workflow runs until SIGTERM or SIGINT, then stop gracefully.
+
+    On the first signal the worker stops claiming, lets in-flight runs finish for up to
+    --shutdown-grace seconds, requeues the rest and exits 0. A second signal exits at
+    once (code 1); runs still in flight then wait for their lease to expire.
+    """
+    configure_logging(loglevel)
+    options = options_from_params(values)
+    try:
+        store = open_store(store_url)
+    except ConfigurationError as exc:
+        raise CliUsageError(str(exc)) from None
+    import_workflow_modules(modules)
+    worker = WorkflowWorker(store=store, options=options)
+    names = sorted(d.name for d in worker.workflows)
+    if not names:
+        raise CliUsageError(
+            f"no @workflow functions are registered after importing {', '.join(modules)}",
+        )
+    banner = (
+        f"pyrula worker {worker.worker_id} (pid {os.getpid()}): serving {', '.join(names)} "
+        f"on {mask_url(store.url)}, up to {options.max_concurrent_runs} runs at once"
+    )
+    try:
+        asyncio.run(_serve(worker, banner))
+    except PyrulaError as exc:
+        raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
+
+
+async def _serve(worker: WorkflowWorker, banner: str) -> None:
+    """Open the store, print ``banner``, run ``worker`` with SIGTERM/SIGINT wired to a
+    graceful stop, and close the store after."""
+    loop = asyncio.get_running_loop()
+    received: list[float] = []
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if received and time.monotonic() - received[0] < REPEAT_SIGNAL_WINDOW:
+            log.debug("ignoring %s repeated within %.1fs", name, REPEAT_SIGNAL_WINDOW)
+            return
+        received.append(time.monotonic())
+        if len(received) == 1:
+            log.info(
+                "received %s: stopping; in-flight runs get %.1fs to finish, then are "
+                "requeued (send it again to exit at once)",
+                name,
+                worker.options.shutdown_grace,
+            )
+            worker.stop()
+            return
+        log.warning(
+            "received %s again: exiting now; runs still in flight are recovered once "
+            "their lease expires (lock_ttl %.1fs)",
+            name,
+            worker.options.lock_ttl,
+        )
+        _hard_exit(EXIT_FORCED)
+
+    installed: list[signal.Signals] = []
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(stop_signal, on_signal, int(stop_signal))
+            installed.append(stop_signal)
+        except (NotImplementedError, RuntimeError):  # no add_signal_handler (Windows)
+            signal.signal(stop_signal, lambda sig, _frame: on_signal(sig))
+    try:
+        await worker.store.open()
+        click.echo(banner)
+        await worker.run()
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        await worker.store.close()
+
+
+def _hard_exit(code: int) -> None:
+    """Flush output and leave the process at once, skipping interpreter shutdown."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

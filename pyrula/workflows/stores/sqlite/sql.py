@@ -1,0 +1,210 @@
+"""The SQLite store's plumbing: named statements, the connection, row mapping, errors.
+
+Statements live in ``queries.sql`` and ``schema.sql`` next to this module and are
+loaded once, at import. Everything here runs on the store's own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from importlib import resources
+from typing import Any
+
+from pyrula.workflows.errors import StoreError, StoreUnavailable
+from pyrula.workflows.records import JournalEntry, RunRecord, RunStatus, WorkerInfo
+
+SCHEMA_VERSION = "1"
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
+
+
+def _read(filename: str) -> str:
+    return resources.files(__package__ or __name__).joinpath(filename).read_text("utf-8")
+
+
+def parse_named(text: str) -> dict[str, str]:
+    """Split ``-- name: x`` blocks into ``{x: statement}``."""
+    queries: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in [*text.splitlines(), "-- name: _end"]:
+        match = _NAME.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        if name is not None:
+            queries[name] = "\n".join(lines).strip()
+        name, lines = match.group(1), []
+    return queries
+
+
+def split_statements(text: str) -> list[str]:
+    """Split a script into complete statements (what ``executescript`` would run)."""
+    statements: list[str] = []
+    buffer = ""
+    for line in text.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    return [s for s in statements if s]
+
+
+Q = parse_named(_read("queries.sql"))
+SCHEMA = split_statements(_read("schema.sql"))
+
+
+# -- statements --------------------------------------------------------------------------
+def one(conn: sqlite3.Connection, name: str, /, **params: Any) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(Q[name], params).fetchone()
+    return row
+
+
+def many(conn: sqlite3.Connection, name: str, /, **params: Any) -> list[sqlite3.Row]:
+    return conn.execute(Q[name], params).fetchall()
+
+
+def run(conn: sqlite3.Connection, name: str, /, **params: Any) -> None:
+    conn.execute(Q[name], params)
+
+
+def scalar(conn: sqlite3.Connection, name: str, /, **params: Any) -> Any:
+    row = conn.execute(Q[name], params).fetchone()
+    return None if row is None else row[0]
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    """Changes whenever another connection commits; cheap (no table is read)."""
+    return int(scalar(conn, "data_version"))
+
+
+# -- connection --------------------------------------------------------------------------
+def connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """Open ``path`` in WAL mode with a busy timeout and create the schema if missing."""
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    try:
+        conn.row_factory = sqlite3.Row
+        _enable_wal(conn, path, busy_timeout)
+        run(conn, "set_synchronous")
+        _ensure_schema(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection, path: str, busy_timeout: float) -> None:
+    # WAL is persistent in the file, so usually this only reads. Switching needs a lock
+    # that can report busy without waiting on the busy handler: retry until the timeout.
+    deadline = time.monotonic() + busy_timeout
+    mode = str(scalar(conn, "journal_mode")).lower()
+    while mode != "wal":
+        try:
+            mode = str(scalar(conn, "set_wal")).lower()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+            continue
+        if mode != "wal":
+            raise StoreUnavailable(
+                f"the SQLite database {path} cannot use WAL journal mode (it stays in "
+                f"{mode!r} mode); put it on a local file system"
+            )
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
+    run(conn, "begin_immediate")
+    try:
+        for statement in SCHEMA:
+            conn.execute(statement)
+        run(conn, "meta_init", key="schema_version", value=SCHEMA_VERSION)
+        found = scalar(conn, "meta_get", key="schema_version")
+        conn.commit()
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+    if found != SCHEMA_VERSION:
+        raise StoreUnavailable(
+            f"the SQLite database {path} has schema version {found}, but this pyrula "
+            f"expects {SCHEMA_VERSION}; use a matching pyrula version or a new file"
+        )
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    text = str(exc).lower()
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text or "busy" in text
+
+
+def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> StoreError:
+    """The pyrula error for a driver error, naming the database file."""
+    text = str(exc)
+    if "unable to open database file" in text:
+        return StoreUnavailable(
+            f"cannot open the SQLite database {path}: {text} (does the directory exist "
+            "and is it writable?)"
+        )
+    if is_busy(exc):
+        return StoreUnavailable(
+            f"the SQLite database {path} stayed locked by another connection for longer "
+            f"than busy_timeout={busy_timeout:g}s ({text}); is a process stuck holding a "
+            "write transaction, or is the machine overloaded?"
+        )
+    if isinstance(exc, (sqlite3.OperationalError, sqlite3.DatabaseError)):
+        return StoreUnavailable(f"the SQLite database {path} failed: {type(exc).__name__}: {text}")
+    return StoreError(f"the SQLite database {path} refused a write: {type(exc).__name__}: {text}")
+
+
+# -- rows to records ---------------------------------------------------------------------
+def to_run(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"],
+        workflow=row["workflow"],
+        params=row["params"],
+        status=RunStatus(row["status"]),
+        owner=row["owner"],
+        idempotency_key=row["idempotency_key"],
+        created_at=row["created_at"],
+        available_at=row["available_at"],
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        result=row["result"],
+        error=row["error"],
+        worker_id=row["worker_id"],
+        lease_token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        cancel_requested=bool(row["cancel_requested"]),
+        recoveries=row["recoveries"],
+        claims=row["claims"],
+    )
+
+
+def to_entry(row: sqlite3.Row) -> JournalEntry:
+    return JournalEntry(
+        run_id=row["run_id"],
+        position=row["position"],
+        kind=row["kind"],
+        name=row["name"],
+        ok=bool(row["ok"]),
+        value=row["value"],
+        attempts=row["attempts"],
+        token=row["token"],
+        recorded_at=row["recorded_at"],
+    )
+
+
+def to_worker(row: sqlite3.Row) -> WorkerInfo:
+    return WorkerInfo(
+        worker_id=row["worker_id"],
+        workflows=tuple(json.loads(row["workflows"])),
+        hostname=row["hostname"],
+        pid=row["pid"],
+        started_at=row["started_at"],
+        last_seen=row["last_seen"],
+        running=row["running"],
+    )

@@ -1,0 +1,80 @@
+"""The conformance suite's fixtures: one ``store`` fixture over every backend.
+
+A new backend slots in by adding a builder to ``BUILDERS`` (it gets the pytest request,
+to reach other fixtures such as a server, and the shared clock).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.memory import MemoryStore
+from pyrula.workflows.stores.sqlite import SqliteStore
+
+START = 1_700_000_000.0
+
+
+class FakeClock:
+    """A store clock that only moves when told to. Thread-safe."""
+
+    def __init__(self, start: float = START) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            self._now += seconds
+            return self._now
+
+
+def _memory(request: pytest.FixtureRequest, clock: Callable[[], float]) -> Store:
+    return MemoryStore(clock=clock)
+
+
+def _sqlite(request: pytest.FixtureRequest, clock: Callable[[], float]) -> Store:
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    return SqliteStore(tmp_path / "pyrula.db", clock=clock)
+
+
+BUILDERS: dict[str, Callable[[pytest.FixtureRequest, Callable[[], float]], Store]] = {
+    "memory": _memory,
+    "sqlite": _sqlite,
+}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=list(BUILDERS), ids=list(BUILDERS))
+def store_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+async def store(
+    request: pytest.FixtureRequest, store_kind: str, clock: FakeClock
+) -> AsyncIterator[Store]:
+    """An opened store of each kind on the fake clock, closed afterwards."""
+    built = BUILDERS[store_kind](request, clock)
+    await built.open()
+    try:
+        yield built
+    finally:
+        await built.close()
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> Path:
+    return tmp_path / "pyrula.db"

@@ -1,0 +1,78 @@
+"""Child-process bodies for the multi-process tests (importable, so "spawn" can run them)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from pyrula.workflows.records import NewRun, Outcome, RunStatus
+from pyrula.workflows.stores.sqlite import SqliteStore
+
+
+def race_create(path: str, key: str, barrier: Any, results: Any) -> None:
+    async def main() -> tuple[str, bool]:
+        store = SqliteStore(path)
+        await store.open()
+        try:
+            barrier.wait(30)
+            new = NewRun(
+                run_id=f"run-{os.getpid()}", workflow="wf", params='{"n":1}', idempotency_key=key
+            )
+            run, created = await store.create_run(new)
+            return run.run_id, created
+        finally:
+            await store.close()
+
+    results.put(asyncio.run(main()))
+
+
+def claim_all(path: str, worker: str, barrier: Any, results: Any) -> None:
+    async def main() -> list[str]:
+        store = SqliteStore(path)
+        await store.open()
+        claimed: list[str] = []
+        try:
+            barrier.wait(30)
+            while leases := await store.claim_runs(worker, ["wf"], 2, 60):
+                for lease in leases:
+                    claimed.append(lease.run_id)
+                    await store.finish_run(lease.run_id, lease.token, Outcome(RunStatus.COMPLETED))
+            return claimed
+        finally:
+            await store.close()
+
+    results.put(asyncio.run(main()))
+
+
+def finish_later(path: str, run_id: str, token: int, delay: float) -> None:
+    async def main() -> None:
+        store = SqliteStore(path)
+        await store.open()
+        time.sleep(delay)
+        await store.finish_run(run_id, token, Outcome(RunStatus.COMPLETED, result='"remote"'))
+        await store.close()
+
+    asyncio.run(main())
+
+
+def create_later(path: str, workflow: str, delay: float) -> None:
+    async def main() -> None:
+        store = SqliteStore(path)
+        await store.open()
+        time.sleep(delay)
+        await store.create_run(NewRun(run_id="remote", workflow=workflow, params="{}"))
+        await store.close()
+
+    asyncio.run(main())
+
+
+def use_after_fork(store: SqliteStore, run_id: str) -> None:
+    async def main() -> None:
+        run = await store.get_run(run_id)
+        assert run is not None and run.run_id == run_id
+        await store.create_run(NewRun(run_id="from-child", workflow="wf", params="{}"))
+        await store.close()
+
+    asyncio.run(main())

@@ -1,0 +1,1 @@
+"""Crash and fault-injection tests against real worker processes (marked ``slow``)."""

@@ -1,7 +1,7 @@
 """A small durable workflow on the embedded SQLite store.
 
-Run it twice: the second run of the same order id finds the first run by its
-idempotency key and returns its journaled result without charging again.
+The order is submitted twice with one idempotency key: the second submit finds the
+first run and returns its journaled result without charging again.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pyrula.workflows import (
 )
 from pyrula.workflows.sync import WorkflowClient
 
-STORE_URL = f"sqlite:///{os.path.join(tempfile.gettempdir(), 'pyrula-demo.db')}"
+STORE_URL = f"sqlite:///{os.path.join(tempfile.mkdtemp(prefix='pyrula-demo-'), 'demo.db')}"
 
 
 @step(retry=RetryPolicy(max_attempts=3, initial_backoff=0.05))
@@ -57,6 +57,10 @@ def main() -> None:
         )
         print(f"run {run.run_id} on {store.url}")
         print("result:", run.result(timeout=30))
+        again = client.submit(
+            "demo_checkout", {"order_id": "A-1001", "amount": 4200}, idempotency_key="order:A-1001"
+        )
+        print("same key, same run:", again.run_id == run.run_id, "->", again.result(timeout=30))
         print("status:", run.status().value)
     finally:
         worker.stop()

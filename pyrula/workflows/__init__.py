@@ -9,7 +9,6 @@ replays the finished steps from the journal and runs the rest.
 from pyrula.workflows.client import RunHandle, WorkflowClient
 from pyrula.workflows.context import StepContext, WorkflowContext
 from pyrula.workflows.decorators import Step, step, workflow
-from pyrula.workflows.engine.execution import StepTimeout
 from pyrula.workflows.engine.inline import InlineWorkflowRunner
 from pyrula.workflows.errors import (
     ConfigurationError,
@@ -30,6 +29,7 @@ from pyrula.workflows.errors import (
     RunDeadLettered,
     RunNotFound,
     StepError,
+    StepTimeout,
     StoreError,
     StoreUnavailable,
     Transient,

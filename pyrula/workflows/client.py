@@ -15,7 +15,8 @@ from pyrula.workflows.errors import (
     RunCancelled,
     RunNotFound,
 )
-from pyrula.workflows.records import DEFAULT_OWNER, NewRun, RunRecord, RunStatus
+from pyrula.workflows.rate import flow_for
+from pyrula.workflows.records import DEFAULT_OWNER, NO_FLOW, NewRun, RunRecord, RunStatus
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES, ErrorInfo, decode, encode
 from pyrula.workflows.stores.base import Store
@@ -77,6 +78,17 @@ class RunHandle:
         """
         run = await self._store.wait_run(self.run_id, timeout)
         return outcome_of(run)
+
+    async def signal(self, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` with a JSON ``payload`` to the run.
+
+        Kept until the run waits for it (``ctx.wait_for_signal(name)``); each is consumed
+        once. Unknown run: RunNotFound; a run that ended: InvalidRunState.
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidParams("a signal name must be a non-empty string")
+        text = encode(payload, what=f"payload of signal {name!r}")
+        await self._store.send_signal(self.run_id, name, text)
 
     async def cancel(self) -> RunRecord:
         """Ask the run to stop at its next step boundary (a queued run stops at once)."""
@@ -157,7 +169,7 @@ class WorkflowClient:
         definition = self._registry.find(name) if isinstance(workflow, str) else workflow
         if definition is None and self._require_registered:
             self._registry.get(name)  # raises UnknownWorkflow with the registered names
-        text = encode(dict(params), what="params", max_bytes=self._max_payload)
+        text = encode(dict(params), what="params", max_bytes=self._max_payload, canonical=True)
         if definition is not None:
             definition.check_params(params)
         if idempotency_key is not None and (
@@ -174,6 +186,7 @@ class WorkflowClient:
             idempotency_key=idempotency_key,
             delay=0.0 if delay is None else seconds(delay, "delay"),
             start_at=None if start_at is None else epoch(start_at),
+            flow=NO_FLOW if definition is None else flow_for(definition, params),
         )
         record, _ = await self.store.create_run(new)
         return RunHandle(self.store, record.workflow, record.run_id)

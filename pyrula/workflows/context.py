@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pyrula.workflows.engine import operations as ops
+from pyrula.workflows.errors import InvalidParams
 from pyrula.workflows.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from pyrula.workflows.engine.execution import RunExecution
+    from pyrula.workflows.registry import WorkflowDefinition
 
 _current: contextvars.ContextVar[WorkflowContext | None] = contextvars.ContextVar(
     "pyrula_workflow_context", default=None
@@ -36,6 +40,9 @@ class StepContext:
     position: int
     attempt: int
     max_attempts: int
+    token: int = 0
+    """The run's fencing token: larger on every claim. Pass it to external systems that
+    can refuse writes from an older claimant."""
 
 
 class WorkflowContext:
@@ -58,7 +65,7 @@ class WorkflowContext:
         """True while the workflow is re-reading steps already in the journal."""
         return self._execution.is_replaying
 
-    async def step(
+    def step(
         self,
         name: str,
         fn: Callable[..., Any],
@@ -66,19 +73,19 @@ class WorkflowContext:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         **kwargs: Any,
-    ) -> Any:
-        """Run ``fn(*args, **kwargs)`` as the journaled step ``name`` and return its result.
+    ) -> Awaitable[Any]:
+        """Run ``fn(*args, **kwargs)`` as the journaled step ``name``; await the result.
 
         ``fn`` may be sync (run in a thread, off the event loop) or async. On replay the
         journaled result is returned (or the journaled error raised) without calling it.
         The result must be JSON; what is returned is the JSON round-trip of it, the same
         value a replay returns.
         """
-        return await self._run_step(
+        return self._run_step(
             name, fn, args, kwargs, retry=retry, timeout=timeout, takes_context=False
         )
 
-    async def _run_step(
+    def _run_step(
         self,
         name: str,
         fn: Callable[..., Any],
@@ -88,10 +95,66 @@ class WorkflowContext:
         retry: RetryPolicy | None,
         timeout: float | None,
         takes_context: bool,
-    ) -> Any:
-        return await self._execution.run_step(
+    ) -> Awaitable[Any]:
+        return self._execution.step_call(
             name, fn, args, kwargs, retry=retry, timeout=timeout, takes_context=takes_context
         )
+
+    async def sleep(self, duration: float | timedelta, *, name: str = "sleep") -> None:
+        """Sleep durably: the run is suspended, its worker freed, and a timer wakes it.
+
+        The wake time is journaled when the sleep is first reached, so a replay after a
+        crash sleeps only what is left.
+        """
+        seconds = ops.seconds_of(duration, "ctx.sleep")
+        await ops.sleep_until(self._execution, None, seconds, name)
+
+    async def sleep_until(self, when: datetime, *, name: str = "sleep") -> None:
+        """Sleep durably until ``when`` (an aware datetime)."""
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise InvalidParams(f"ctx.sleep_until needs an aware datetime, got {when!r}")
+        await ops.sleep_until(self._execution, when.timestamp(), 0.0, name)
+
+    async def now(self) -> datetime:
+        """The store's current time (UTC), journaled so that replays see the same value."""
+        return await ops.now(self._execution)
+
+    async def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
+        """Wait for ``handle.signal(name, payload)`` and return the payload.
+
+        A signal sent before the run gets here is kept and returned at once. Each signal
+        is consumed once. The run is suspended (its worker freed) while it waits.
+        Raises :class:`~pyrula.workflows.errors.SignalTimeout` after ``timeout``.
+        """
+        seconds = None if timeout is None else ops.seconds_of(timeout, "timeout")
+        return await ops.wait_for_signal(self._execution, name, seconds)
+
+    def run_child(
+        self,
+        workflow: str | WorkflowDefinition,
+        params: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+    ) -> Awaitable[Any]:
+        """Start a child run (any worker may take it) and await its result.
+
+        The parent is suspended until the child ends; its error is raised as
+        :class:`~pyrula.workflows.errors.DurableInvocationError`, a cancellation as
+        :class:`~pyrula.workflows.errors.RunCancelled`. Cancelling or terminating the
+        parent does the same to the child.
+        """
+        return self._execution.child_call(workflow, params, owner)
+
+    async def gather(
+        self, *operations: Awaitable[Any], return_exceptions: bool = False
+    ) -> list[Any]:
+        """Run step calls and child runs concurrently; results in argument order.
+
+        Journal positions are taken in argument order, so replays match. Each argument
+        is one step call (``ctx.step(...)`` or an ``@step`` function's call) or one
+        ``ctx.run_child(...)``; run a branch of several steps as a child workflow.
+        """
+        return await ops.gather(tuple(operations), return_exceptions)
 
 
 def bind_context(ctx: WorkflowContext) -> contextvars.Token[WorkflowContext | None]:

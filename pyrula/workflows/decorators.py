@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from pyrula.workflows.errors import ConfigurationError, WorkflowError
+from pyrula.workflows.rate import Rate, check_owner_concurrency
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.retry import RetryPolicy
 
@@ -19,7 +20,11 @@ def workflow(fn: Callable[..., Awaitable[Any]]) -> WorkflowDefinition: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, registry: Registry | None = None
+    *,
+    name: str | None = None,
+    registry: Registry | None = None,
+    rate_limit: Rate | None = None,
+    owner_concurrency: int | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], WorkflowDefinition]: ...
 
 
@@ -28,13 +33,20 @@ def workflow(
     *,
     name: str | None = None,
     registry: Registry | None = None,
+    rate_limit: Rate | None = None,
+    owner_concurrency: int | None = None,
 ) -> WorkflowDefinition | Callable[[Callable[..., Awaitable[Any]]], WorkflowDefinition]:
     """Register ``async def f(ctx: WorkflowContext, **params)`` as a workflow.
 
     ``name`` is what callers submit (default: the function's ``__name__``). It must stay
     the same across deployments: queued runs refer to it.
     Use bare (``@workflow``) or with arguments (``@workflow(name="orders.process")``).
+    ``rate_limit`` (a :class:`~pyrula.workflows.rate.Rate`) and ``owner_concurrency`` are
+    enforced by the store across every worker; see :mod:`pyrula.workflows.rate`.
     """
+    if rate_limit is not None and not isinstance(rate_limit, Rate):
+        raise ConfigurationError(f"rate_limit takes a Rate(...), got {rate_limit!r}")
+    owner_limit = check_owner_concurrency(owner_concurrency)
 
     def decorate(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
         if not inspect.iscoroutinefunction(func):
@@ -50,7 +62,13 @@ def workflow(
         workflow_name = name if name is not None else func.__name__
         if not isinstance(workflow_name, str) or not workflow_name.strip():
             raise ConfigurationError("a workflow name must be a non-empty string")
-        definition = WorkflowDefinition(name=workflow_name, fn=func, signature=signature)
+        definition = WorkflowDefinition(
+            name=workflow_name,
+            fn=func,
+            signature=signature,
+            rate_limit=rate_limit,
+            owner_concurrency=owner_limit,
+        )
         (registry or default_registry).register(definition)
         return definition
 

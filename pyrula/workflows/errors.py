@@ -18,6 +18,12 @@
     │   ├── InvalidParams           params that do not fit the workflow's signature
     │   └── NondeterminismError     a replay reached a different step than the journal recorded
     ├── DurableInvocationError      a run ended in failure; carries the original error
+    ├── ScheduleError
+    │   ├── InvalidSchedule         a cron expression, interval or timezone that can't work
+    │   ├── ScheduleExists          that schedule id is taken
+    │   └── ScheduleNotFound        no schedule with that id
+    ├── SignalTimeout               wait_for_signal's timeout elapsed (also a TimeoutError)
+    ├── StepTimeout                 an async step overran its timeout (also a TimeoutError)
     ├── RunCancelled                the run was cancelled or terminated
     ├── RunDeadLettered             the run kept killing its workers
     └── ResultTimeout               ``result(timeout=)`` elapsed (also a ``TimeoutError``)
@@ -25,7 +31,7 @@
     StepError                       base of the classification errors raised by user code:
     ├── Transient                   always retried (within the policy's attempts)
     ├── Poison                      never retried: the input is bad
-    └── Fatal                       never retried: the run fails at once
+    └── Fatal                       never retried: the failure is unrecoverable
 """
 
 from __future__ import annotations
@@ -148,8 +154,33 @@ class Poison(StepError):
 
 
 class Fatal(StepError):
-    """An unrecoverable failure: not retried, the step fails at once."""
+    """An unrecoverable failure: not retried, the step fails at once (the workflow sees
+    the error and, unless it catches it, the run fails)."""
 
 
 class RunDeadLettered(PyrulaError):
     """A run lost its worker more than ``max_recoveries`` times and was set aside."""
+
+
+class ScheduleError(PyrulaError):
+    """A problem with a schedule."""
+
+
+class InvalidSchedule(ScheduleError, ConfigurationError):
+    """A cron expression, interval or timezone that cannot work; raised at creation."""
+
+
+class ScheduleExists(ScheduleError, StoreError):
+    """A schedule with that id exists already (pass ``replace=True`` to overwrite it)."""
+
+
+class ScheduleNotFound(ScheduleError, StoreError, LookupError):
+    """No schedule with that id."""
+
+
+class SignalTimeout(PyrulaError, TimeoutError):
+    """``ctx.wait_for_signal(..., timeout=)`` elapsed before the signal came."""
+
+
+class StepTimeout(PyrulaError, TimeoutError):
+    """An async step ran longer than its ``timeout`` and was cancelled (retried per policy)."""

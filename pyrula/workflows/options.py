@@ -30,6 +30,11 @@ class WorkerOptions:
     """How often shard leases are renewed (sharded stores only)."""
     lock_ttl: float = 30.0
     """A run's lease lasts this long; it is renewed every third of it while the run lives."""
+    schedule_poll_interval: float = 30.0
+    """Longest the schedule loop sleeps before looking for due schedules."""
+    durable_backoff_after: float = 5.0
+    """Step retry backoffs at least this long suspend the run on a timer (freeing its slot)
+    instead of sleeping in the worker."""
     max_recoveries: int = 5
     """A run taken back from dead workers more often than this is dead-lettered."""
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
@@ -46,7 +51,12 @@ class WorkerOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigurationError(f"WorkerOptions.{f.name} must be a number, got {value!r}")
-            if not value > 0:  # written so that NaN is refused too
+            if f.name == "durable_backoff_after":
+                if not value >= 0:  # written so that NaN is refused too
+                    raise ConfigurationError(
+                        f"WorkerOptions.durable_backoff_after must be >= 0, got {value!r}"
+                    )
+            elif not value > 0:
                 raise ConfigurationError(f"WorkerOptions.{f.name} must be > 0, got {value!r}")
         for name in (
             "max_concurrent_runs",

@@ -15,13 +15,17 @@ class RunStatus(str, Enum):
     """Where a run is in its life.
 
     ``queued`` runs wait for a claim (a future ``available_at`` means delayed);
-    ``running`` runs are held by a worker under a lease; the rest are terminal
-    and never change, except that ``retry`` moves a failed, cancelled, terminated
-    or dead run back to ``queued``.
+    ``running`` runs are held by a worker under a lease; ``sleeping`` runs wait for a
+    time (``ctx.sleep``, a long retry backoff) and ``waiting`` runs for a signal or a
+    child run, perhaps with a deadline; neither holds a worker. The rest are terminal
+    and never change, except that ``retry`` moves a failed, cancelled, terminated or
+    dead run back to ``queued``.
     """
 
     QUEUED = "queued"
     RUNNING = "running"
+    SLEEPING = "sleeping"
+    WAITING = "waiting"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -50,6 +54,28 @@ DEFAULT_OWNER = ""
 
 
 @dataclass(frozen=True)
+class FlowControl:
+    """Limits a run carries from submission, enforced by the store at claim time.
+
+    ``rate_key`` names a token bucket shared by every worker: at most ``rate_per_second``
+    claims per second with bursts of ``rate_burst``. ``owner_concurrency`` caps how many
+    runs of this workflow and owner may be ``running`` at once, across all workers.
+    """
+
+    rate_key: str | None = None
+    rate_per_second: float | None = None
+    rate_burst: float = 1.0
+    owner_concurrency: int | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.rate_key is None and self.owner_concurrency is None
+
+
+NO_FLOW = FlowControl()
+
+
+@dataclass(frozen=True)
 class NewRun:
     """What ``create_run`` stores. ``params`` is JSON text."""
 
@@ -62,6 +88,9 @@ class NewRun:
     """Seconds after the store's now before the run may be claimed (>= 0)."""
     start_at: float | None = None
     """Absolute time (epoch seconds) before which the run may not be claimed; wins over delay."""
+    parent_run_id: str | None = None
+    """Set on child runs (``ctx.run_child``): the parent is woken when the child ends."""
+    flow: FlowControl = NO_FLOW
 
 
 @dataclass(frozen=True)
@@ -96,6 +125,14 @@ class RunRecord:
     """How many times the run was taken back from a worker whose lease expired."""
     claims: int = 0
     """How many times the run was claimed."""
+    parent_run_id: str | None = None
+    wake_at: float | None = None
+    """When a sleeping run wakes, or a waiting run's deadline (None: no deadline)."""
+    wait_signal: str | None = None
+    """The signal name a waiting run waits for."""
+    wait_child: str | None = None
+    """The child run id a waiting run waits for."""
+    flow: FlowControl = NO_FLOW
 
     @property
     def is_terminal(self) -> bool:
@@ -146,6 +183,47 @@ class Outcome:
     status: RunStatus
     result: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What a suspended run waits for, passed to ``suspend_run``.
+
+    Only ``wake_at``: the run sleeps until then. ``signal`` or ``child``: it waits for
+    that, with ``wake_at`` as an optional deadline.
+    """
+
+    wake_at: float | None = None
+    signal: str | None = None
+    child: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.signal is None and self.child is None and self.wake_at is None:
+            raise ValueError("a Wait needs a wake_at, a signal or a child")
+        if self.signal is not None and self.child is not None:
+            raise ValueError("a run waits for a signal or a child, not both")
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """A stored schedule. Exactly one of ``cron`` and ``every`` (seconds) is set.
+
+    ``next_fire_at`` is the next slot (epoch seconds); ``last_fire_at`` the last slot fired.
+    ``params`` is JSON text. ``timezone`` is an IANA name cron fields are read in.
+    """
+
+    schedule_id: str
+    workflow: str
+    params: str
+    cron: str | None
+    every: float | None
+    timezone: str
+    enabled: bool
+    next_fire_at: float
+    last_fire_at: float | None = None
+    owner: str = DEFAULT_OWNER
+    created_at: float = 0.0
+    updated_at: float = 0.0
 
 
 @dataclass(frozen=True)

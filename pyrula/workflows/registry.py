@@ -11,9 +11,12 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.errors import ConfigurationError, InvalidParams, UnknownWorkflow
+
+if TYPE_CHECKING:
+    from pyrula.workflows.rate import Rate
 
 WorkflowFn = Callable[..., Awaitable[Any]]
 
@@ -25,6 +28,8 @@ class WorkflowDefinition:
     name: str
     fn: WorkflowFn
     signature: inspect.Signature = field(compare=False)
+    rate_limit: Rate | None = None
+    owner_concurrency: int | None = None
 
     def check_params(self, params: Mapping[str, Any]) -> None:
         """Raise InvalidParams when ``params`` don't fit the function's signature."""

@@ -64,13 +64,23 @@ def _keys_are_str(value: Any) -> bool:
     return True
 
 
-def encode(value: Any, *, what: str = "value", max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+def encode(
+    value: Any,
+    *,
+    what: str = "value",
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    canonical: bool = False,
+) -> str:
     """Encode ``value`` as compact JSON, or raise naming the offending path.
 
     ``what`` is the name used in messages (``params``, ``result of step 'charge'``).
+    ``canonical`` sorts object keys, so equal values always encode to equal text (params
+    are encoded so, which makes idempotency checks independent of key order).
     """
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        text = json.dumps(
+            value, separators=(",", ":"), allow_nan=False, ensure_ascii=False, sort_keys=canonical
+        )
     except (TypeError, ValueError):
         _check(value, what)
         raise  # pragma: no cover - _check always raises for what json rejects
@@ -85,9 +95,9 @@ def encode(value: Any, *, what: str = "value", max_bytes: int = DEFAULT_MAX_PAYL
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError as exc:
             raise NotJSONSerializable(
-                f"{what} holds a string with a lone surrogate ({exc.object[exc.start:exc.end]!r}),"
-                " which is not valid UTF-8 text; decode bytes with errors='replace' or pass "
-                "them base64-encoded",
+                f"{what} holds a string with a lone surrogate "
+                f"({exc.object[exc.start : exc.end]!r}), which is not valid UTF-8 text; "
+                "decode bytes with errors='replace' or pass them base64-encoded",
                 what,
             ) from None
     if size > max_bytes:

@@ -162,6 +162,10 @@ class SyncRunHandle:
         """Block until the run ends; see the async handle's ``result``."""
         return self._client._call(self._handle.result(timeout))
 
+    def signal(self, name: str, payload: Any = None) -> None:
+        """Send a signal to the run; see the async handle's ``signal``."""
+        self._client._call(self._handle.signal(name, payload))
+
     def cancel(self) -> RunRecord:
         return self._client._call(self._handle.cancel())
 

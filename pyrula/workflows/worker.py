@@ -13,14 +13,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrula.workflows import loops
 from pyrula.workflows.client import WorkflowClient
-from pyrula.workflows.engine.execution import RunExecution, call_store
-from pyrula.workflows.engine.runner import execute_run
+from pyrula.workflows.engine.execution import (
+    ExecutionObserver,
+    ExecutionSettings,
+    RunExecution,
+    call_store,
+)
+from pyrula.workflows.engine.runner import RunEnd, execute_run
 from pyrula.workflows.engine.threads import StepThreadPool
 from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError, StoreUnavailable
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.options import WorkerOptions
-from pyrula.workflows.records import Lease, WorkerInfo
+from pyrula.workflows.records import Lease
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.stores.base import Store
 
@@ -53,6 +59,7 @@ class WorkflowWorker:
         options: WorkerOptions | None = None,
         *,
         registry: Registry | None = None,
+        observer: ExecutionObserver | None = None,
     ) -> None:
         if store is None:
             from pyrula.workflows.stores import open_store
@@ -61,6 +68,7 @@ class WorkflowWorker:
         self.store = store
         self.options = options or WorkerOptions()
         self._registry = registry or default_registry
+        self._observer = observer
         self._explicit = list(workflows) if workflows is not None else None
         for definition in self._explicit or ():
             if not isinstance(definition, WorkflowDefinition):
@@ -73,14 +81,19 @@ class WorkflowWorker:
         self.client = WorkflowClient(
             store, registry=self._registry, max_payload_bytes=self.options.max_payload_bytes
         )
-        self._active: dict[str, _Active] = {}
+        self.active_runs: dict[str, _Active] = {}
         self._reserved = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._stop_requested = threading.Event()
         self._slot_freed: asyncio.Event | None = None
-        self._started_at = 0.0
+        self.started_at = 0.0
         self._idle_waiters: list[asyncio.Future[None]] = []
+        self._settings = ExecutionSettings(registry=self._registry)
+        self.timers_changed = asyncio.Event()
+        """Set when a run here suspended, so the timer loop recomputes its next wake-up."""
+        self.schedules_changed = asyncio.Event()
+        """Set to make the schedule loop look at the store's schedules now."""
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -90,7 +103,7 @@ class WorkflowWorker:
     @property
     def running(self) -> int:
         """Runs executing on this worker now."""
-        return len(self._active)
+        return len(self.active_runs)
 
     def stop(self) -> None:
         """Stop claiming, let in-flight runs finish (up to ``shutdown_grace``), requeue the
@@ -119,8 +132,16 @@ class WorkflowWorker:
             self._stop_event.set()
         definitions = {d.name: d for d in self.workflows}
         await self.store.open()
-        self._started_at = await self.store.now()
+        self.started_at = await self.store.now()
         executor = StepThreadPool(self.options.max_concurrent_runs)
+        self._settings = ExecutionSettings(
+            executor=executor,
+            max_payload_bytes=self.options.max_payload_bytes,
+            store_retry_window=self.options.lock_ttl,
+            durable_backoff_after=self.options.durable_backoff_after,
+            registry=self._registry,
+            observer=self._observer,
+        )
         log.info(
             "worker %s serving %s on %s",
             self.worker_id,
@@ -128,13 +149,15 @@ class WorkflowWorker:
             self.store.url,
         )
         claimers = [
-            asyncio.create_task(self._claim_loop(d, executor), name=f"pyrula-claim-{d.name}")
+            asyncio.create_task(self._claim_loop(d), name=f"pyrula-claim-{d.name}")
             for d in definitions.values()
         ]
+        names = list(definitions)
         housekeeping = [
-            asyncio.create_task(self._renew_loop(list(definitions)), name="pyrula-renew"),
-            asyncio.create_task(self._orphan_loop(), name="pyrula-orphans"),
-            asyncio.create_task(self._timer_loop(list(definitions)), name="pyrula-timers"),
+            asyncio.create_task(loops.renew_loop(self, names), name="pyrula-renew"),
+            asyncio.create_task(loops.orphan_loop(self), name="pyrula-orphans"),
+            asyncio.create_task(loops.timer_loop(self, names), name="pyrula-timers"),
+            asyncio.create_task(loops.schedule_loop(self), name="pyrula-schedules"),
         ]
         try:
             await self._stop_event.wait()
@@ -143,7 +166,7 @@ class WorkflowWorker:
             # would drop runs it had just claimed, leaving them held until their lease ran out.
             self._stop_event.set()
             self._slot_freed.set()
-            self._wake_claimers()
+            self.wake_claimers()
             _, stuck = await asyncio.wait(claimers, timeout=self.options.cancel_timeout)
             for task in stuck:
                 task.cancel()
@@ -161,11 +184,9 @@ class WorkflowWorker:
 
     # -- claiming ----------------------------------------------------------------------
     def _free_slots(self) -> int:
-        return self.options.max_concurrent_runs - len(self._active) - self._reserved
+        return self.options.max_concurrent_runs - len(self.active_runs) - self._reserved
 
-    async def _claim_loop(
-        self, definition: WorkflowDefinition, executor: StepThreadPool
-    ) -> None:
+    async def _claim_loop(self, definition: WorkflowDefinition) -> None:
         assert self._stop_event is not None and self._slot_freed is not None
         backoff = self.options.claim_poll_interval
         while not self._stop_event.is_set():
@@ -195,22 +216,18 @@ class WorkflowWorker:
                 self._slot_freed.set()
             backoff = self.options.claim_poll_interval
             for lease in leases:
-                self._start(definition, lease, executor)
+                self._start(definition, lease)
             if len(leases) < free:
                 await self._idle(definition.name)
 
-    def _start(
-        self, definition: WorkflowDefinition, lease: Lease, executor: StepThreadPool
-    ) -> None:
+    def _start(self, definition: WorkflowDefinition, lease: Lease) -> None:
         active = _Active(lease=lease)
-        self._active[lease.run_id] = active
+        self.active_runs[lease.run_id] = active
         active.task = asyncio.create_task(
-            self._execute(definition, active, executor), name=f"pyrula-run-{lease.run_id}"
+            self._execute(definition, active), name=f"pyrula-run-{lease.run_id}"
         )
 
-    async def _execute(
-        self, definition: WorkflowDefinition, active: _Active, executor: StepThreadPool
-    ) -> None:
+    async def _execute(self, definition: WorkflowDefinition, active: _Active) -> None:
         lease = active.lease
         try:
             fault_point("after_claim")
@@ -219,15 +236,9 @@ class WorkflowWorker:
                 active.execution = execution
                 execution.lost = active.lost
 
-            await execute_run(
-                definition,
-                lease,
-                self.store,
-                executor=executor,
-                max_payload_bytes=self.options.max_payload_bytes,
-                store_retry_window=self.options.lock_ttl,
-                on_start=started,
-            )
+            end = await execute_run(definition, lease, self.store, self._settings, on_start=started)
+            if end is RunEnd.SUSPENDED:
+                self.timers_changed.set()  # the timer loop recomputes its next wake-up
         except asyncio.CancelledError:
             if not active.lost:
                 await self._release(lease)
@@ -238,7 +249,7 @@ class WorkflowWorker:
                 "run %s: engine error; it will be recovered after its lease", lease.run_id
             )
         finally:
-            self._active.pop(lease.run_id, None)
+            self.active_runs.pop(lease.run_id, None)
             if self._slot_freed is not None:
                 self._slot_freed.set()
 
@@ -259,7 +270,7 @@ class WorkflowWorker:
 
     # -- shutdown ----------------------------------------------------------------------
     async def _drain(self) -> None:
-        tasks = [a.task for a in self._active.values() if a.task is not None]
+        tasks = [a.task for a in self.active_runs.values() if a.task is not None]
         if tasks:
             log.info(
                 "worker %s draining %d runs (grace %.1fs)",
@@ -269,7 +280,7 @@ class WorkflowWorker:
             )
             await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
         remaining = [
-            a.task for a in self._active.values() if a.task is not None and not a.task.done()
+            a.task for a in self.active_runs.values() if a.task is not None and not a.task.done()
         ]
         for task in remaining:
             task.cancel()
@@ -277,91 +288,20 @@ class WorkflowWorker:
             await asyncio.wait(remaining, timeout=self.options.cancel_timeout)
 
     # -- housekeeping ------------------------------------------------------------------
-    async def _renew_loop(self, workflows: list[str]) -> None:
-        interval = self.options.lease_renew_interval
-        while True:
-            try:
-                await self._renew_once(workflows)
-            except StoreError as exc:
-                log.warning("lease renewal failed: %s", exc)
-            await asyncio.sleep(interval)
+    async def wait_stop_or(self, timeout: float, event: asyncio.Event) -> None:
+        """Sleep up to ``timeout`` seconds, less if the worker stops or ``event`` is set."""
+        assert self._stop_event is not None
+        stop = asyncio.ensure_future(self._stop_event.wait())
+        nudge = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait([stop, nudge], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            nudge.cancel()
+            event.clear()
 
-    async def _renew_once(self, workflows: list[str]) -> None:
-        await self.store.heartbeat(
-            WorkerInfo(
-                worker_id=self.worker_id,
-                workflows=tuple(workflows),
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                started_at=self._started_at,
-                last_seen=0.0,
-                running=len(self._active),
-            )
-        )
-        if not self._active or fault_point("skip_lease_renewal"):
-            return
-        held = [(a.lease.run_id, a.lease.token) for a in self._active.values()]
-        result = await self.store.renew_leases(self.worker_id, held, self.options.lock_ttl)
-        for run_id in result.lost:
-            active = self._active.get(run_id)
-            if active is None:
-                continue
-            log.warning("run %s: lease lost (terminated or reclaimed); stopping it here", run_id)
-            active.lost = True
-            if active.execution is not None:
-                active.execution.lost = True
-            if active.task is not None:
-                active.task.cancel()
-        for run_id in result.cancel_requested:
-            active = self._active.get(run_id)
-            if active is not None and active.execution is not None:
-                active.execution.cancel_requested = True
-
-    async def _orphan_loop(self) -> None:
-        while True:
-            try:
-                report = await self.store.recover_expired(self.options.max_recoveries, limit=1000)
-                if report.requeued:
-                    log.warning(
-                        "requeued %d runs whose worker stopped renewing: %s",
-                        len(report.requeued),
-                        ", ".join(report.requeued[:10]),
-                    )
-                if report.dead:
-                    log.error(
-                        "dead-lettered %d runs that kept losing their worker: %s",
-                        len(report.dead),
-                        ", ".join(report.dead[:10]),
-                    )
-            except StoreError as exc:
-                log.warning("orphan scan failed: %s", exc)
-            await asyncio.sleep(self.options.orphan_scan_interval)
-
-    async def _timer_loop(self, workflows: list[str]) -> None:
-        """Wake the claim loops when a delayed or backed-off run becomes due.
-
-        Claim loops also poll, so this makes a due run start on time even when
-        ``claim_poll_interval`` is long: it sleeps until the next due time the store
-        knows of, capped by ``timer_poll_interval_s``.
-        """
-        while True:
-            delay = self.options.timer_poll_interval_s
-            try:
-                due = await self.store.next_due_at(workflows)
-                if due is not None:
-                    now = await self.store.now()
-                    if due <= now:
-                        self._wake_claimers()
-                        delay = min(delay, self.options.claim_poll_interval)
-                    else:
-                        delay = min(delay, due - now)
-            except StoreError as exc:
-                log.warning("timer scan failed: %s", exc)
-            await asyncio.sleep(delay)
-            if delay < self.options.timer_poll_interval_s:
-                self._wake_claimers()
-
-    def _wake_claimers(self) -> None:
+    def wake_claimers(self) -> None:
+        """Make idle claim loops ask the store for work now."""
         for fut in self._idle_waiters:
             if not fut.done():
                 fut.set_result(None)

@@ -170,3 +170,30 @@ def _in_order(wanted: list[str], source: list[str]) -> Iterator[bool]:
             position += 1
         yield position < len(source)
         position += 1
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub-style anchors of the headings in a markdown file."""
+    anchors = set()
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+            anchors.add(slug)
+    return anchors
+
+
+@pytest.mark.parametrize("name", OWN_DOCS)
+def test_doc_links_resolve(name: str) -> None:
+    page = DOCS / name
+    for target in LINK.findall(page.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (page.parent / file_part).resolve() if file_part else page
+        assert linked.exists(), f"docs/{name} links to {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            assert anchor in _anchors(linked), f"docs/{name} links to a missing anchor {target}"

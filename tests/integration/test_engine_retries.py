@@ -141,7 +141,7 @@ async def test_an_async_step_over_its_timeout_is_cancelled_and_retried(
     with pytest.raises(DurableInvocationError) as failed:
         await handle.result(timeout=10)
     assert time.monotonic() - began < 0.9  # each attempt was cut off, not awaited to the end
-    assert failed.value.error_type == "pyrula.workflows.engine.execution.StepTimeout"
+    assert failed.value.error_type == "pyrula.workflows.errors.StepTimeout"
     assert "within 0.05s" in failed.value.error_message
     assert isinstance(failed.value.original, TimeoutError)
     assert started == [1, 2]

@@ -35,6 +35,10 @@ class FakeClock:
             self._now += seconds
             return self._now
 
+    def set(self, now: float) -> None:
+        with self._lock:
+            self._now = now
+
 
 def _memory(request: pytest.FixtureRequest, clock: Callable[[], float]) -> Store:
     return MemoryStore(clock=clock)

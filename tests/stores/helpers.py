@@ -6,6 +6,8 @@ import uuid
 
 from pyrula.workflows.records import (
     DEFAULT_OWNER,
+    NO_FLOW,
+    FlowControl,
     JournalEntry,
     Lease,
     NewRun,
@@ -28,29 +30,64 @@ def new_run(
     idempotency_key: str | None = None,
     delay: float = 0.0,
     start_at: float | None = None,
+    parent_run_id: str | None = None,
+    flow: FlowControl = NO_FLOW,
 ) -> NewRun:
     return NewRun(
-        run_id=run_id or uuid.uuid4().hex, workflow=workflow, params=params, owner=owner,
-        idempotency_key=idempotency_key, delay=delay, start_at=start_at,
+        run_id=run_id or uuid.uuid4().hex,
+        workflow=workflow,
+        params=params,
+        owner=owner,
+        idempotency_key=idempotency_key,
+        delay=delay,
+        start_at=start_at,
+        parent_run_id=parent_run_id,
+        flow=flow,
     )
 
 
 def entry(
-    run_id: str, position: int, name: str = "step", *, ok: bool = True, value: str = "1",
-    kind: str = "step", attempts: int = 1,
+    run_id: str,
+    position: int,
+    name: str = "step",
+    *,
+    ok: bool = True,
+    value: str = "1",
+    kind: str = "step",
+    attempts: int = 1,
 ) -> JournalEntry:
     return JournalEntry(
-        run_id=run_id, position=position, kind=kind, name=name, ok=ok, value=value,
+        run_id=run_id,
+        position=position,
+        kind=kind,
+        name=name,
+        ok=ok,
+        value=value,
         attempts=attempts,
     )
 
 
 async def create(
-    store: Store, workflow: str = "wf", *, owner: str = DEFAULT_OWNER, delay: float = 0.0,
-    start_at: float | None = None, params: str = PARAMS,
+    store: Store,
+    workflow: str = "wf",
+    *,
+    owner: str = DEFAULT_OWNER,
+    delay: float = 0.0,
+    start_at: float | None = None,
+    params: str = PARAMS,
+    flow: FlowControl = NO_FLOW,
+    run_id: str | None = None,
 ) -> str:
     run, created = await store.create_run(
-        new_run(workflow, params, owner=owner, delay=delay, start_at=start_at)
+        new_run(
+            workflow,
+            params,
+            owner=owner,
+            delay=delay,
+            start_at=start_at,
+            flow=flow,
+            run_id=run_id,
+        )
     )
     assert created
     return run.run_id
@@ -62,7 +99,13 @@ async def claim_one(store: Store, workflow: str = "wf", worker: str = "w1") -> L
     return leases[0]
 
 
-async def running(store: Store, workflow: str = "wf") -> Lease:
+async def running(store: Store, workflow: str = "wf", *, run_id: str | None = None) -> Lease:
     """A freshly created and claimed run."""
-    await create(store, workflow)
+    await create(store, workflow, run_id=run_id)
     return await claim_one(store, workflow)
+
+
+async def status(store: Store, run_id: str) -> RunStatus:
+    run = await store.get_run(run_id)
+    assert run is not None, run_id
+    return run.status

@@ -76,3 +76,32 @@ def use_after_fork(store: SqliteStore, run_id: str) -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def fire_slots(path: str, schedule_id: str, end: float, barrier: Any, results: Any) -> None:
+    """Act as a worker's schedule loop: fire whatever slot is next until ``end``."""
+
+    async def main() -> list[float]:
+        store = SqliteStore(path)
+        await store.open()
+        fired: list[float] = []
+        try:
+            barrier.wait(30)
+            while True:
+                schedule = await store.get_schedule(schedule_id)
+                assert schedule is not None
+                slot = schedule.next_fire_at
+                if slot >= end:
+                    return fired
+                run = NewRun(
+                    run_id=f"{os.getpid()}-{slot}",
+                    workflow="wf",
+                    params="{}",
+                    idempotency_key=f"schedule:{schedule_id}:{slot:.3f}",
+                )
+                if await store.fire_schedule(schedule_id, slot, slot, slot + 1, run) is not None:
+                    fired.append(slot)
+        finally:
+            await store.close()
+
+    results.put(asyncio.run(main()))

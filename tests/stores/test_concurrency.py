@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pyrula.workflows.records import NewRun, RunRecord, RunStatus
+from pyrula.workflows.records import NewRun, RunRecord, RunStatus, ScheduleRecord
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.sqlite import SqliteStore
 
@@ -180,6 +180,47 @@ async def test_processes_never_claim_a_run_twice(sqlite_path: Path) -> None:
     runs = await store.list_runs(limit=1000)
     assert {run.status for run in runs} == {RunStatus.COMPLETED}
     assert {run.claims for run in runs} == {1}
+    await store.close()
+
+
+@pytest.mark.slow
+async def test_processes_racing_to_fire_each_slot_once(sqlite_path: Path) -> None:
+    store = SqliteStore(sqlite_path)
+    first = 1_000.0
+    await store.create_schedule(
+        ScheduleRecord(
+            schedule_id="s",
+            workflow="wf",
+            params="{}",
+            cron=None,
+            every=1.0,
+            timezone="UTC",
+            enabled=True,
+            next_fire_at=first,
+        )
+    )
+    slots = 60
+    barrier, results = SPAWN.Barrier(3), SPAWN.Queue()
+    children = [
+        _start(procs.fire_slots, str(sqlite_path), "s", first + slots, barrier, results)
+        for _ in range(3)
+    ]
+    try:
+        fired = [await asyncio.to_thread(results.get, True, 60) for _ in children]
+        await asyncio.to_thread(_join, children)
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.kill()
+    counts = Counter(slot for slots_ in fired for slot in slots_)
+    assert counts == Counter({first + n: 1 for n in range(slots)})
+    runs = await store.list_runs(limit=1000)
+    assert sorted(run.idempotency_key or "" for run in runs) == sorted(
+        f"schedule:s:{first + n:.3f}" for n in range(slots)
+    )
+    schedule = await store.get_schedule("s")
+    assert schedule is not None and schedule.next_fire_at == first + slots
+    assert schedule.last_fire_at == first + slots - 1
     await store.close()
 
 

@@ -23,7 +23,9 @@ async def test_append_and_load_in_order(store: Store, clock: FakeClock) -> None:
         assert cancel is False
     journal = await store.load_journal(run_id)
     assert [(e.run_id, e.position, e.name, e.value) for e in journal] == [
-        (run_id, 0, "a", '"a"'), (run_id, 1, "b", '"b"'), (run_id, 2, "c", '"c"'),
+        (run_id, 0, "a", '"a"'),
+        (run_id, 1, "b", '"b"'),
+        (run_id, 2, "c", '"c"'),
     ]
     assert [e.attempts for e in journal] == [1, 2, 3]
     assert [e.kind for e in journal] == ["step"] * 3
@@ -53,9 +55,12 @@ async def test_identical_repeat_is_accepted_unchanged(store: Store, clock: FakeC
     before = await store.load_journal(lease.run_id)
     clock.advance(5)
     # A retried write whose reply was lost; attempts do not take part in the comparison.
-    assert await store.append_journal(lease.token, entry(
-        lease.run_id, 0, "a", ok=False, value='{"e":"x"}', attempts=9
-    )) is False
+    assert (
+        await store.append_journal(
+            lease.token, entry(lease.run_id, 0, "a", ok=False, value='{"e":"x"}', attempts=9)
+        )
+        is False
+    )
     assert await store.load_journal(lease.run_id) == before
 
 
@@ -78,14 +83,21 @@ async def test_different_entry_at_a_taken_position(store: Store, changed: dict) 
     assert len(await store.load_journal(lease.run_id)) == 1
 
 
-async def test_skipping_a_position_is_refused(store: Store) -> None:
+async def test_positions_may_be_written_out_of_order(store: Store) -> None:
+    """Steps run concurrently (ctx.gather) finish in any order: any free position goes."""
     lease = await running(store)
-    with pytest.raises(NondeterminismError):
-        await store.append_journal(lease.token, entry(lease.run_id, 1))
-    await store.append_journal(lease.token, entry(lease.run_id, 0))
-    with pytest.raises(NondeterminismError):
-        await store.append_journal(lease.token, entry(lease.run_id, 2))
-    assert len(await store.load_journal(lease.run_id)) == 1
+    await store.append_journal(lease.token, entry(lease.run_id, 2, "c"))
+    await store.append_journal(lease.token, entry(lease.run_id, 0, "a"))
+    await store.append_journal(lease.token, entry(lease.run_id, 5, "f"))
+    await store.append_journal(lease.token, entry(lease.run_id, 1, "b"))
+    journal = await store.load_journal(lease.run_id)
+    assert [(e.position, e.name) for e in journal] == [(0, "a"), (1, "b"), (2, "c"), (5, "f")]
+    assert await store.append_journal(lease.token, entry(lease.run_id, 5, "f")) is False
+    with pytest.raises(NondeterminismError, match="position 5"):
+        await store.append_journal(lease.token, entry(lease.run_id, 5, "other"))
+    with pytest.raises(NondeterminismError, match="position 2"):
+        await store.append_journal(lease.token, entry(lease.run_id, 2, "c", value="2"))
+    assert await store.load_journal(lease.run_id) == journal
 
 
 async def test_append_reports_cancel_requested(store: Store) -> None:

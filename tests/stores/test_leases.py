@@ -51,8 +51,13 @@ async def test_claim_order_across_workflows(store: Store, clock: FakeClock) -> N
     b = await create(store, "two")
     c = await create(store, "one")
     d = await create(store, "two", start_at=START)
+    # Workflows in the order given (repeats ignored), each one's runs in its own order.
     leases = await store.claim_runs("w1", ["two", "one", "two"], 10, TTL)
-    assert ids(leases) == [a, d, b, c]
+    assert ids(leases) == [d, b, a, c]
+    e = await create(store, "one")
+    f = await create(store, "two")
+    assert ids(await store.claim_runs("w1", ["one", "two"], 1, TTL)) == [e]
+    assert ids(await store.claim_runs("w1", ["one", "two"], 1, TTL)) == [f]
 
 
 async def test_claim_limit(store: Store) -> None:
@@ -318,9 +323,7 @@ async def test_wait_for_work_is_woken_by_create(store: Store) -> None:
 
 
 @pytest.mark.parametrize("how", ["release", "retry", "recover"])
-async def test_wait_for_work_is_woken_by_requeue(
-    store: Store, clock: FakeClock, how: str
-) -> None:
+async def test_wait_for_work_is_woken_by_requeue(store: Store, clock: FakeClock, how: str) -> None:
     lease = await running(store)
     if how == "retry":
         await store.terminate_run(lease.run_id)

@@ -10,8 +10,13 @@ from .conftest import START, FakeClock
 
 def info(worker_id: str, running: int = 0, workflows: tuple[str, ...] = ("a", "b")) -> WorkerInfo:
     return WorkerInfo(
-        worker_id=worker_id, workflows=workflows, hostname="h\u00f6st", pid=4242,
-        started_at=START - 100, last_seen=0.0, running=running,
+        worker_id=worker_id,
+        workflows=workflows,
+        hostname="h\u00f6st",
+        pid=4242,
+        started_at=START - 100,
+        last_seen=0.0,
+        running=running,
     )
 
 
@@ -20,8 +25,13 @@ async def test_heartbeat_records_store_time(store: Store, clock: FakeClock) -> N
     await store.heartbeat(info("w1", running=2))
     [seen] = await store.list_workers()
     assert seen == WorkerInfo(
-        worker_id="w1", workflows=("a", "b"), hostname="h\u00f6st", pid=4242,
-        started_at=START - 100, last_seen=START, running=2,
+        worker_id="w1",
+        workflows=("a", "b"),
+        hostname="h\u00f6st",
+        pid=4242,
+        started_at=START - 100,
+        last_seen=START,
+        running=2,
     )
 
 

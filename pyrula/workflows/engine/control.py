@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from pyrula.workflows.records import Wait
+
 
 class EngineSignal(BaseException):
     """Base of the engine's internal control-flow exceptions."""
@@ -17,9 +19,17 @@ class LeaseGone(EngineSignal):
     """This worker no longer holds the run (reclaimed or terminated): stop, write nothing."""
 
 
-class Drain(EngineSignal):
-    """The worker is stopping: hand the run back to the queue at this step boundary."""
-
-
 class Nondeterminism(EngineSignal):
     """Replay reached a different step than the journal recorded; fails the run."""
+
+
+class Suspend(EngineSignal):
+    """The run waits (a sleep, a signal, a child run, a long backoff): release it."""
+
+    def __init__(self, wait: Wait) -> None:
+        super().__init__(wait)
+        self.wait = wait
+
+
+class Crash(EngineSignal):
+    """A simulated worker death (crash-point testing): the run writes nothing more."""

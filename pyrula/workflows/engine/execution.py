@@ -1,49 +1,41 @@
-"""One claimed run while it executes: the journal cursor and the step protocol.
+"""One claimed run while it executes: the journal, its positions, and fenced writes.
 
-For each step call, in order: if the journal holds an entry at this position, check
-that it is the same step (else the run fails as nondeterministic) and return its
-recorded result or raise its recorded error; otherwise this is a step boundary
-(cancellation and lost leases take effect here), then the step runs under its retry
-policy and its final outcome is appended to the journal, fenced by the lease token.
+Every durable operation of a workflow (a step, a sleep, a signal wait, a child run)
+takes the next journal position when it starts, in program order. If the journal
+holds an entry there, the operation replays it (after checking it is the same kind
+and name, else the run fails as nondeterministic); otherwise this is a boundary
+(cancellation and lost leases take effect here) and the operation runs and appends
+its outcome, fenced by the lease token.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from pyrula.workflows.context import StepContext
+from pyrula.workflows.engine import operations, steps
 from pyrula.workflows.engine.control import CancelRequested, LeaseGone, Nondeterminism
-from pyrula.workflows.errors import (
-    LeaseLost,
-    NondeterminismError,
-    PayloadError,
-    StoreUnavailable,
-)
+from pyrula.workflows.errors import LeaseLost, NondeterminismError, StoreUnavailable
 from pyrula.workflows.faults import fault_point
-from pyrula.workflows.records import JournalEntry, Lease
+from pyrula.workflows.rate import flow_for
+from pyrula.workflows.records import NO_FLOW, JournalEntry, Lease, NewRun
+from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.retry import RetryPolicy
-from pyrula.workflows.serialization import ErrorInfo, decode, encode
+from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES, ErrorInfo, decode
 from pyrula.workflows.stores.base import Store
 
 log = logging.getLogger("pyrula.workflows.engine")
 
-DEFAULT_STEP_RETRY = RetryPolicy()
-"""Used by steps that don't name a policy: 3 attempts, 1 s then 2 s backoff."""
-
 STORE_RETRY_INITIAL = 0.05
 STORE_RETRY_MAX = 2.0
-
-
-class StepTimeout(TimeoutError):
-    """An async step ran longer than its ``timeout`` and was cancelled."""
+DURABLE_BACKOFF_AFTER = 5.0
+"""Retry backoffs at least this long (seconds) suspend the run on a timer instead of
+sleeping in the worker."""
 
 
 async def call_store(operation: Callable[[], Awaitable[Any]], window: float, what: str) -> Any:
@@ -65,17 +57,27 @@ async def call_store(operation: Callable[[], Awaitable[Any]], window: float, wha
             delay = min(delay * 2, STORE_RETRY_MAX)
 
 
-async def _guarded(awaitable: Awaitable[Any]) -> tuple[bool, Any]:
-    """Await user code, turning any exception (even SystemExit) into a value.
+@dataclass(frozen=True)
+class ExecutionSettings:
+    """How a worker (or the inline runner) executes runs."""
 
-    Only cancellation of this task passes through, so a step can never stop the loop.
-    """
-    try:
-        return True, await awaitable
-    except asyncio.CancelledError:
-        raise
-    except BaseException as exc:
-        return False, exc
+    executor: Executor | None = None
+    """Where sync steps run (None: the event loop's default executor)."""
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    store_retry_window: float = 30.0
+    """How long a fenced write retries through StoreUnavailable before giving up."""
+    durable_backoff_after: float = DURABLE_BACKOFF_AFTER
+    registry: Registry = field(default_factory=lambda: default_registry)
+    observer: ExecutionObserver | None = None
+    """Test hooks (``WorkflowTestEnv``'s crash-point checks); None in production."""
+
+
+class ExecutionObserver(Protocol):
+    """Sees each step attempt and each fenced write; may raise ``Crash`` to kill the run."""
+
+    def step_started(self, execution: RunExecution, name: str, attempt: int) -> None: ...
+
+    async def checkpoint(self, execution: RunExecution, point: str) -> None: ...
 
 
 class RunExecution:
@@ -85,11 +87,8 @@ class RunExecution:
         self,
         store: Store,
         lease: Lease,
-        journal: list[JournalEntry],
-        *,
-        executor: Executor | None,
-        max_payload_bytes: int,
-        store_retry_window: float,
+        journal: dict[int, JournalEntry],
+        settings: ExecutionSettings,
     ) -> None:
         run = lease.run
         self.store = store
@@ -100,141 +99,57 @@ class RunExecution:
         self.token = lease.token
         self.cancel_requested = run.cancel_requested
         self.lost = False
-        self._journal = journal
-        self._position = 0
-        self._executor = executor
-        self._max_payload = max_payload_bytes
-        self._store_window = store_retry_window
+        self.journal = journal
+        self.executor = settings.executor
+        self.max_payload = settings.max_payload_bytes
+        self.durable_backoff_after = settings.durable_backoff_after
+        self.registry = settings.registry
+        self.observer = settings.observer
+        self._store_window = settings.store_retry_window
+        self._next_position = 0
 
+    # -- positions -----------------------------------------------------------------------
     @property
     def is_replaying(self) -> bool:
-        return self._position < len(self._journal)
+        """True while the next position already holds an entry."""
+        return self._next_position in self.journal
 
+    def reserve(self, count: int = 1) -> int:
+        """Take the next ``count`` positions; return the first."""
+        position = self._next_position
+        self._next_position += count
+        return position
+
+    def recorded(self, position: int, kind: str, name: str) -> JournalEntry | None:
+        """The entry at ``position``, checked to be ``kind``/``name``; None if unwritten."""
+        entry = self.journal.get(position)
+        if entry is not None and (entry.kind != kind or entry.name != name):
+            raise Nondeterminism(
+                f"run {self.run_id!r} reached {kind} {name!r} at journal position {position}, "
+                f"but the journal recorded {entry.kind} {entry.name!r} there; workflow code "
+                "between steps must be deterministic (did a deploy change the step order?)"
+            )
+        return entry
+
+    @staticmethod
+    def outcome(entry: JournalEntry) -> Any:
+        """Return a journaled result, or raise the journaled error."""
+        if entry.ok:
+            return decode(entry.value)
+        raise ErrorInfo.from_json(entry.value).rebuild()
+
+    # -- boundaries and writes ----------------------------------------------------------
     def check_boundary(self) -> None:
-        """Raise the control signal that applies at a step boundary, if any."""
+        """Raise the control signal that applies at a boundary, if any."""
         if self.lost:
             raise LeaseGone()
         if self.cancel_requested:
             raise CancelRequested()
 
-    async def run_step(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        retry: RetryPolicy | None,
-        timeout: float | None,
-        takes_context: bool,
-    ) -> Any:
-        position = self._position
-        self._position += 1
-        if position < len(self._journal):
-            return self._replay(self._journal[position], name)
-        self.check_boundary()
-        policy = retry or DEFAULT_STEP_RETRY
-        attempt = 1
-        while True:
-            fault_point("step_started")
-            call_args = args
-            if takes_context:
-                step_ctx = StepContext(
-                    run_id=self.run_id,
-                    workflow=self.workflow,
-                    step=name,
-                    position=position,
-                    attempt=attempt,
-                    max_attempts=policy.max_attempts,
-                )
-                call_args = (step_ctx, *args)
-            ok, value = await self._call(name, fn, call_args, kwargs, timeout)
-            if ok:
-                try:
-                    text = encode(
-                        value, what=f"result of step {name!r}", max_bytes=self._max_payload
-                    )
-                    break
-                except PayloadError as exc:
-                    # The step ran and its effects happened: retrying would repeat them
-                    # only to return the same unstorable value. Fail the step now.
-                    ok, value = False, exc
-                    text = ErrorInfo.from_exception(value).to_json()
-                    break
-            if not policy.should_retry(value, attempt):
-                text = ErrorInfo.from_exception(value).to_json()
-                break
-            delay = policy.backoff(attempt)
-            log.warning(
-                "run %s step %r attempt %d failed (%s: %s); retrying in %.2fs",
-                self.run_id,
-                name,
-                attempt,
-                type(value).__name__,
-                value,
-                delay,
-            )
-            await asyncio.sleep(delay)
-            self.check_boundary()
-            attempt += 1
-        fault_point("after_step_before_journal")
-        entry = JournalEntry(
-            run_id=self.run_id,
-            position=position,
-            kind="step",
-            name=name,
-            ok=ok,
-            value=text,
-            attempts=attempt,
-        )
-        await self.append(entry)
-        if ok:
-            return decode(text)
-        raise value
-
-    def _replay(self, entry: JournalEntry, name: str) -> Any:
-        if entry.kind != "step" or entry.name != name:
-            raise Nondeterminism(
-                f"run {self.run_id!r} replayed step {name!r} at position {entry.position}, "
-                f"but the journal recorded {entry.kind} {entry.name!r} there; workflow code "
-                "between steps must be deterministic (a deploy changed the step order?)"
-            )
-        if entry.ok:
-            return decode(entry.value)
-        raise ErrorInfo.from_json(entry.value).rebuild()
-
-    async def _call(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        timeout: float | None,
-    ) -> tuple[bool, Any]:
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - async callables
-        ):
-            try:
-                return await asyncio.wait_for(_guarded(fn(*args, **kwargs)), timeout)
-            except asyncio.TimeoutError:
-                return False, StepTimeout(f"step {name!r} did not finish within {timeout}s")
-        loop = asyncio.get_running_loop()
-        started = time.monotonic()
-        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        ok, value = await _guarded(loop.run_in_executor(self._executor, call))
-        if ok and inspect.isawaitable(value):
-            ok, value = await _guarded(value)  # a sync callable that returned a coroutine
-        elapsed = time.monotonic() - started
-        if timeout is not None and elapsed > timeout:
-            log.warning(
-                "run %s sync step %r took %.1fs, over its %.1fs timeout; sync steps are never "
-                "killed, so its outcome stands",
-                self.run_id,
-                name,
-                elapsed,
-                timeout,
-            )
-        return ok, value
+    async def store_now(self) -> float:
+        """The store's clock, which decides every durable time."""
+        now: float = await call_store(self.store.now, self._store_window, "store time")
+        return now
 
     async def append(self, entry: JournalEntry) -> None:
         """Write ``entry`` fenced by this lease; a lost lease raises LeaseGone."""
@@ -244,8 +159,21 @@ class RunExecution:
             fault_point("after_journal_before_reply")
             return cancel
 
+        cancel = await self.fenced(write, f"{entry.kind} {entry.name!r} at {entry.position}")
+        if cancel:
+            self.cancel_requested = True
+        self.journal[entry.position] = entry
+
+    async def fenced(self, operation: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """Run a fenced store write, translating failures into control signals."""
+        observer = self.observer
         try:
-            cancel = await call_store(write, self._store_window, f"journal write for {self.run_id}")
+            if observer is not None:
+                await observer.checkpoint(self, f"before {what}")
+            result = await call_store(operation, self._store_window, what)
+            if observer is not None:
+                await observer.checkpoint(self, f"after {what}")
+            return result
         except LeaseLost:
             self.lost = True
             raise LeaseGone() from None
@@ -253,11 +181,58 @@ class RunExecution:
             # Not the workflow's failure: the store stayed away for a whole lease, so the
             # lease has lapsed too. Abandon the run; the orphan scan hands it on and the
             # next claimant replays the journal (which may already hold this entry).
-            log.warning("run %s: journal write failed (%s); abandoning the run", self.run_id, exc)
+            log.warning("run %s: %s failed (%s); abandoning the run", self.run_id, what, exc)
             self.lost = True
             raise LeaseGone() from None
         except NondeterminismError as exc:
             raise Nondeterminism(str(exc)) from None
-        if cancel:
-            self.cancel_requested = True
-        self._journal.append(entry)
+
+    # -- the operations a WorkflowContext offers ------------------------------------------
+    def step_call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        retry: RetryPolicy | None,
+        timeout: float | None,
+        takes_context: bool,
+    ) -> operations.Operation:
+        return operations.Operation(
+            self,
+            1,
+            lambda position: steps.run_step(
+                self,
+                position,
+                name,
+                fn,
+                args,
+                kwargs,
+                retry=retry,
+                timeout=timeout,
+                takes_context=takes_context,
+            ),
+        )
+
+    def child_call(
+        self,
+        workflow: str | WorkflowDefinition,
+        params: Mapping[str, Any] | None,
+        owner: str | None,
+    ) -> operations.Operation:
+        name, text, definition = operations.child_params(self.registry, workflow, params)
+
+        def new_run(child_id: str) -> NewRun:
+            return NewRun(
+                run_id=child_id,
+                workflow=name,
+                params=text,
+                owner=self.owner if owner is None else owner,
+                parent_run_id=self.run_id,
+                flow=flow_for(definition, decode(text)) if definition is not None else NO_FLOW,
+            )
+
+        return operations.Operation(
+            self, 2, lambda position: operations.run_child(self, position, name, text, new_run)
+        )

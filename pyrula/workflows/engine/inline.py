@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyrula.workflows.client import RunHandle, WorkflowClient, outcome_of
+from pyrula.workflows.engine.execution import ExecutionSettings
 from pyrula.workflows.engine.runner import execute_run
 from pyrula.workflows.errors import InvalidRunState
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
-from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 
@@ -63,12 +63,5 @@ class InlineWorkflowRunner:
                 f"run {handle.run_id!r} is {run.status.value} and not claimable now "
                 "(delayed, or held by a worker); InlineWorkflowRunner does not wait"
             )
-        await execute_run(
-            definition,
-            lease,
-            self.store,
-            executor=None,
-            max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
-            store_retry_window=5.0,
-        )
+        await execute_run(definition, lease, self.store, ExecutionSettings(registry=self._registry))
         return outcome_of(await handle.record())

@@ -1,24 +1,33 @@
-"""Execute one claimed run to its outcome: replay the journal, run the rest, record the end."""
+"""Execute one claimed run until it ends or suspends here: replay, run the rest, record."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
-from concurrent.futures import Executor
 from enum import Enum
 
 from pyrula.workflows.context import WorkflowContext, bind_context, unbind_context
-from pyrula.workflows.engine.control import CancelRequested, LeaseGone, Nondeterminism
-from pyrula.workflows.engine.execution import RunExecution, call_store
-from pyrula.workflows.errors import LeaseLost, NondeterminismError
+from pyrula.workflows.engine.control import (
+    CancelRequested,
+    Crash,
+    LeaseGone,
+    Nondeterminism,
+    Suspend,
+)
+from pyrula.workflows.engine.execution import ExecutionSettings, RunExecution, call_store
+from pyrula.workflows.errors import LeaseLost, NondeterminismError, StoreUnavailable
 from pyrula.workflows.faults import fault_point
-from pyrula.workflows.records import Lease, Outcome, RunStatus
+from pyrula.workflows.records import Lease, Outcome, RunStatus, Wait
 from pyrula.workflows.registry import WorkflowDefinition
 from pyrula.workflows.serialization import ErrorInfo, decode, encode
 from pyrula.workflows.stores.base import Store
 
 log = logging.getLogger("pyrula.workflows.engine")
+
+MAX_INLINE_RESUMES = 100
+"""A wait that is over by the time the run would suspend is resumed in place, this often."""
 
 
 class RunEnd(str, Enum):
@@ -27,6 +36,8 @@ class RunEnd(str, Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SUSPENDED = "suspended"
+    """The run sleeps or waits; a timer, signal or child will queue it again."""
     LOST = "lost"
     """The lease was gone (terminated or reclaimed): nothing more was written."""
 
@@ -35,50 +46,65 @@ async def execute_run(
     definition: WorkflowDefinition,
     lease: Lease,
     store: Store,
+    settings: ExecutionSettings,
     *,
-    executor: Executor | None,
-    max_payload_bytes: int,
-    store_retry_window: float,
     on_start: Callable[[RunExecution], None] | None = None,
-) -> tuple[RunEnd, RunExecution]:
-    """Run ``lease``'s run until it ends here; return how, and its execution state.
+) -> RunEnd:
+    """Run ``lease``'s run until it ends or suspends here; return how.
 
     Raises only ``asyncio.CancelledError`` (the worker cancelled the task); every other
     outcome, including exceptions from user code, is recorded in the store.
     """
-    journal = await call_store(
-        lambda: store.load_journal(lease.run_id), store_retry_window, f"journal of {lease.run_id}"
+    window = settings.store_retry_window
+    entries = await call_store(
+        lambda: store.load_journal(lease.run_id), window, f"journal of {lease.run_id}"
     )
-    execution = RunExecution(
-        store,
-        lease,
-        journal,
-        executor=executor,
-        max_payload_bytes=max_payload_bytes,
-        store_retry_window=store_retry_window,
-    )
-    if on_start is not None:
-        on_start(execution)
-    outcome = await _run_workflow(definition, execution, max_payload_bytes)
-    if outcome is None:
-        return RunEnd.LOST, execution
-    fault_point("before_outcome")
-    try:
-        await call_store(
-            lambda: store.finish_run(lease.run_id, lease.token, outcome),
-            store_retry_window,
-            f"outcome of {lease.run_id}",
-        )
-    except LeaseLost:
-        log.warning("run %s: lease lost before its outcome was recorded", lease.run_id)
-        return RunEnd.LOST, execution
-    log.info("run %s (%s) %s", lease.run_id, definition.name, outcome.status.value)
-    return RunEnd(outcome.status.value), execution
+    journal = {entry.position: entry for entry in entries}
+    cancel_requested = False
+    for _ in range(MAX_INLINE_RESUMES):
+        execution = RunExecution(store, lease, journal, settings)
+        # A cancel learnt by the previous pass (from a journal write's reply) still holds.
+        execution.cancel_requested = execution.cancel_requested or cancel_requested
+        if on_start is not None:
+            on_start(execution)
+        outcome = await _run_workflow(definition, execution, settings.max_payload_bytes)
+        cancel_requested = execution.cancel_requested
+        if outcome is None:
+            return RunEnd.LOST
+        try:
+            if isinstance(outcome, Wait):
+                suspended = await call_store(
+                    functools.partial(store.suspend_run, lease.run_id, lease.token, outcome),
+                    window,
+                    f"suspension of {lease.run_id}",
+                )
+                if not suspended:
+                    continue  # what it waits for is already there: go on in place
+                log.debug("run %s (%s) suspended", lease.run_id, definition.name)
+                return RunEnd.SUSPENDED
+            fault_point("before_outcome")
+            if execution.observer is not None:
+                await execution.observer.checkpoint(execution, "before the outcome")
+            await call_store(
+                functools.partial(store.finish_run, lease.run_id, lease.token, outcome),
+                window,
+                f"outcome of {lease.run_id}",
+            )
+        except (LeaseLost, StoreUnavailable) as exc:
+            log.warning("run %s: could not record its outcome (%s)", lease.run_id, exc)
+            return RunEnd.LOST
+        except Crash:
+            return RunEnd.LOST
+        log.info("run %s (%s) %s", lease.run_id, definition.name, outcome.status.value)
+        return RunEnd(outcome.status.value)
+    log.warning("run %s kept resuming in place; handing it back to the queue", lease.run_id)
+    await call_store(lambda: store.release_run(lease.run_id, lease.token), window, "release")
+    return RunEnd.SUSPENDED
 
 
 async def _run_workflow(
     definition: WorkflowDefinition, execution: RunExecution, max_payload_bytes: int
-) -> Outcome | None:
+) -> Outcome | Wait | None:
     ctx = WorkflowContext(execution)
     token = bind_context(ctx)
     try:
@@ -87,10 +113,14 @@ async def _run_workflow(
         value = await definition.fn(ctx, **params)
         text = encode(value, what="workflow result", max_bytes=max_payload_bytes)
         return Outcome(RunStatus.COMPLETED, result=text)
+    except Suspend as suspend:
+        return suspend.wait
     except CancelRequested:
         return Outcome(RunStatus.CANCELLED)
     except LeaseGone:
         log.warning("run %s: lease lost; abandoning it to its new holder", execution.run_id)
+        return None
+    except Crash:
         return None
     except Nondeterminism as signal:
         error = NondeterminismError(str(signal))

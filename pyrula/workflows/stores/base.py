@@ -35,6 +35,8 @@ from pyrula.workflows.records import (
     RecoveryReport,
     RunRecord,
     RunStatus,
+    ScheduleRecord,
+    Wait,
     WorkerInfo,
 )
 
@@ -96,13 +98,15 @@ class Store(Protocol):
         """
 
     async def cancel_run(self, run_id: str) -> RunRecord:
-        """Cancel: a queued run becomes ``cancelled`` at once; a running run gets
-        ``cancel_requested`` and its worker stops at the next step boundary.
+        """Cancel: a queued, sleeping or waiting run becomes ``cancelled`` at once; a
+        running run gets ``cancel_requested`` and its worker stops at the next step
+        boundary. Its non-terminal child runs are cancelled the same way, recursively.
         A terminal run: :class:`~pyrula.workflows.errors.InvalidRunState`."""
 
     async def terminate_run(self, run_id: str) -> RunRecord:
         """End the run at once as ``terminated`` and bump its token, so the worker that
-        holds it can write nothing more. A terminal run: InvalidRunState."""
+        holds it can write nothing more; its non-terminal children are terminated too.
+        A terminal run: InvalidRunState."""
 
     async def retry_run(self, run_id: str) -> RunRecord:
         """Requeue a failed, cancelled, terminated or dead run so it continues.
@@ -121,18 +125,35 @@ class Store(Protocol):
     async def claim_runs(
         self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
     ) -> list[Lease]:
-        """Claim up to ``limit`` claimable runs of the given workflows.
+        """Claim up to ``limit`` claimable runs of the given workflows, fairly.
 
-        Claimable: ``queued`` with ``available_at <= now``. Oldest ``available_at`` first.
+        Claimable: ``queued`` with ``available_at <= now``, and allowed by the run's
+        :class:`~pyrula.workflows.records.FlowControl`: a token in its rate bucket (taken
+        by the claim) and fewer than ``owner_concurrency`` running runs of its workflow
+        and owner. Held-back runs stay queued.
+
+        Order: deficit round robin across owners (tenants) per workflow, one run per
+        turn: the owner served least recently goes next; an owner that becomes active
+        (its first queued run while it had none) is placed as served *now*, so idle
+        owners bank no credit and a newly active one does not jump the queue. Within an
+        owner, strict FIFO by ``(available_at, submission)``; an owner whose head run is
+        held back is skipped for this claim.
+
         Each claimed run becomes ``running`` with a new larger ``lease_token``, the lease
         expiring ``lease_ttl`` seconds from now, ``claims`` incremented and
         ``started_at`` set on the first claim. Runs of other workflows are never taken.
         """
 
     async def next_due_at(self, workflows: Sequence[str]) -> float | None:
-        """The earliest ``available_at`` of a queued run of these workflows, or None.
+        """The earliest time after now at which something of these workflows becomes
+        due, or None.
 
-        The worker's timer loop sleeps until then, so delayed runs start on time.
+        That is the minimum, over times strictly after now, of: a queued run's
+        ``available_at``; a sleeping or waiting run's ``wake_at``; for a due run held back
+        by its rate limit, when its bucket has a token again (runs held by
+        ``owner_concurrency`` are left out: the finish that frees a slot wakes claimers).
+        The worker's timer loop sleeps until then, so delayed, sleeping and rate-limited
+        runs start on time without polling.
         """
 
     async def renew_leases(
@@ -150,21 +171,108 @@ class Store(Protocol):
     async def append_journal(self, token: int, entry: JournalEntry) -> bool:
         """Record ``entry`` at its position, fenced by ``token``; return ``cancel_requested``.
 
-        Position must be the next free one, or an already written position whose entry
-        is identical in kind, name, ok and value (a retried write whose reply was lost):
-        that is accepted without change. A different entry at a taken position raises
+        Any free position may be written (steps run concurrently by ``ctx.gather`` finish
+        in any order). A taken position whose entry is identical in kind, name, ok and
+        value (a retried write whose reply was lost) is accepted without change. A
+        different entry at a taken position raises
         :class:`~pyrula.workflows.errors.NondeterminismError`; a stale token, LeaseLost.
         """
 
     async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
         """Record the run's terminal outcome (completed, failed or cancelled), fenced.
 
-        Releases the lease and wakes every ``wait_run`` waiter.
+        Releases the lease and wakes every ``wait_run`` waiter. A parent waiting for
+        this run (``wait_child``) is queued. Any way a run becomes terminal (cancel,
+        terminate, dead-lettering) wakes such a parent the same way.
         """
 
     async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
         """Hand a running run back to the queue (graceful stop, or a later retry),
         fenced. It becomes claimable at ``available_at`` (default: now)."""
+
+    async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
+        """Release a running run until what ``wait`` names happens; fenced.
+
+        The run becomes ``sleeping`` (only ``wake_at``) or ``waiting`` (a signal or a
+        child, with ``wake_at`` as an optional deadline) and holds no lease. Returns
+        False and changes nothing when the wait is already over: ``wake_at <= now``, a
+        signal of that name is pending, or the child run is terminal.
+        """
+
+    async def fire_timers(self, limit: int) -> int:
+        """Queue up to ``limit`` sleeping or waiting runs whose ``wake_at`` has passed,
+        oldest ``wake_at`` first; return how many. Wakes claimers of those workflows."""
+
+    # -- signals -----------------------------------------------------------------------
+    async def send_signal(self, run_id: str, name: str, payload: str) -> None:
+        """Keep a signal (payload is JSON text) for the run; signals of one name queue
+        in order. A run waiting for that name is queued at once.
+
+        Unknown run: RunNotFound. A terminal run: InvalidRunState.
+        """
+
+    async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
+        """Take the oldest pending signal named ``entry.name`` and journal it; fenced.
+
+        Atomically removes the signal and records ``entry`` with the signal's payload as
+        its value; returns the payload. None (nothing written) when none is pending. If
+        ``entry.position`` is already journaled as that signal (a retried call), returns
+        the journaled value.
+        """
+
+    # -- child runs --------------------------------------------------------------------
+    async def start_child(self, token: int, entry: JournalEntry, child: NewRun) -> RunRecord:
+        """Create ``child`` (its ``parent_run_id`` set) and journal ``entry`` in one atomic
+        step, fenced by the parent's token. Idempotent: if a run with ``child.run_id``
+        exists it is returned and the entry, if identical, accepted."""
+
+    # -- schedules ---------------------------------------------------------------------
+    async def create_schedule(
+        self, schedule: ScheduleRecord, *, replace: bool = False
+    ) -> ScheduleRecord:
+        """Store a schedule. An existing id raises ScheduleExists unless ``replace``; with
+        ``replace`` the definition is overwritten (``last_fire_at`` kept)."""
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        """The schedule, or None."""
+
+    async def list_schedules(self, *, workflow: str | None = None) -> list[ScheduleRecord]:
+        """Schedules ordered by id."""
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        *,
+        enabled: bool | None = None,
+        params: str | None = None,
+        next_fire_at: float | None = None,
+    ) -> ScheduleRecord:
+        """Change the given fields. Unknown id: ScheduleNotFound."""
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Remove a schedule; False if there was none."""
+
+    async def due_schedules(self, limit: int) -> list[ScheduleRecord]:
+        """Enabled schedules whose ``next_fire_at <= now``, earliest first."""
+
+    async def next_schedule_at(self) -> float | None:
+        """The earliest ``next_fire_at`` of an enabled schedule, or None."""
+
+    async def fire_schedule(
+        self,
+        schedule_id: str,
+        expected_next: float,
+        fired_slot: float,
+        next_fire_at: float,
+        run: NewRun,
+    ) -> RunRecord | None:
+        """Fire one slot: compare-and-set, then create the run, as one atomic operation.
+
+        Only if the schedule exists, is enabled and its ``next_fire_at == expected_next``:
+        set ``last_fire_at = fired_slot`` and ``next_fire_at``, create ``run`` (its
+        idempotency key names schedule and slot), and return it. Otherwise None and
+        nothing changes, so with any number of workers each slot fires once.
+        """
 
     async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
         """Requeue up to ``limit`` running runs whose lease expired.

@@ -101,3 +101,7 @@ def run_key(run_id: str) -> str:
 
 def work_key(workflow: str) -> str:
     return f"work:{workflow}"
+
+
+SCHEDULES_KEY = "schedules"
+"""Notified when schedules change, so schedule loops recompute their next due time."""

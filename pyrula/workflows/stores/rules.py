@@ -10,7 +10,11 @@ FINISH_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CA
 
 
 def idempotency_matches(existing: RunRecord, new: NewRun) -> bool:
-    """A repeated key is the same request when workflow and params are equal."""
+    """A repeated key is the same request when workflow and params are equal.
+
+    Params are compared as text (stores never parse payloads); clients encode params
+    canonically (sorted keys), so equal params are equal text.
+    """
     return existing.workflow == new.workflow and existing.params == new.params
 
 

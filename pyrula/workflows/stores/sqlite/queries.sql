@@ -1,12 +1,18 @@
 -- Named statements of the SQLite store, loaded once by sql.py.
 -- A block starts at a "-- name: <name>" line and runs to the next one.
 -- Parameters are named (:name). Runs are read with SELECT * and mapped by column name.
+-- Every statement that makes a run queued also sets its fairness stamp: the claim
+-- counter of its workflow at that moment (see stores/flow.py).
 
 -- name: meta_get
 SELECT value FROM meta WHERE key = :key;
 
--- name: meta_init
-INSERT OR IGNORE INTO meta (key, value) VALUES (:key, :value);
+-- name: meta_set
+INSERT INTO meta (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: has_meta
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta';
 
 -- name: data_version
 PRAGMA data_version;
@@ -32,13 +38,22 @@ SELECT * FROM runs WHERE run_id = :run_id;
 SELECT * FROM runs WHERE idempotency_key = :key;
 
 -- name: insert_run
+-- The UNIQUE constraints on run_id and idempotency_key decide: no row back means taken.
 INSERT INTO runs (
     run_id, workflow, params, status, owner, idempotency_key,
-    created_at, available_at, updated_at
+    created_at, available_at, updated_at, parent_run_id,
+    rate_key, rate_per_second, rate_burst, owner_concurrency, stamp
 ) VALUES (
     :run_id, :workflow, :params, 'queued', :owner, :idempotency_key,
-    :now, :available_at, :now
-);
+    :now, :available_at, :now, :parent_run_id,
+    :rate_key, :rate_per_second, :rate_burst, :owner_concurrency,
+    COALESCE((SELECT counter FROM claim_counters WHERE workflow = :workflow), 0)
+)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: add_owner
+INSERT INTO owners (workflow, owner) VALUES (:workflow, :owner) ON CONFLICT DO NOTHING;
 
 -- name: list_runs
 SELECT * FROM runs
@@ -48,20 +63,92 @@ WHERE (:workflow IS NULL OR workflow = :workflow)
 ORDER BY seq DESC
 LIMIT :limit;
 
--- name: claimable
--- One workflow at a time: a range scan of runs_claim, already in claim order.
-SELECT * FROM runs
-WHERE workflow = :workflow AND status = 'queued' AND available_at <= :now
-ORDER BY available_at, seq
-LIMIT :limit;
+-- name: children
+SELECT * FROM runs WHERE parent_run_id = :run_id ORDER BY run_id;
 
 -- name: has_work
 SELECT 1 FROM runs
 WHERE workflow = :workflow AND status = 'queued' AND available_at <= :now
 LIMIT 1;
 
--- name: next_due
-SELECT MIN(available_at) FROM runs WHERE workflow = :workflow AND status = 'queued';
+-- name: due_heads
+-- Claims: each owner's first due queued run, one index probe per owner.
+SELECT o.owner AS owner, o.last_served AS last_served, r.seq AS seq, r.stamp AS stamp,
+       r.available_at AS available_at, r.rate_key AS rate_key,
+       r.rate_per_second AS rate_per_second, r.rate_burst AS rate_burst,
+       r.owner_concurrency AS owner_concurrency
+FROM owners AS o
+JOIN runs AS r ON r.seq = (
+    SELECT h.seq FROM runs AS h
+    WHERE h.workflow = o.workflow AND h.owner = o.owner AND h.status = 'queued'
+      AND h.available_at <= :now
+    ORDER BY h.available_at, h.seq
+    LIMIT 1
+)
+WHERE o.workflow = :workflow;
+
+-- name: due_head
+-- The next due queued run of one owner, after a claim took its head.
+SELECT seq, stamp, available_at, rate_key, rate_per_second, rate_burst, owner_concurrency
+FROM runs
+WHERE workflow = :workflow AND owner = :owner AND status = 'queued'
+  AND available_at <= :now
+ORDER BY available_at, seq
+LIMIT 1;
+
+-- name: owner_queues
+-- next_due_at: per owner with queued runs, its first due run (only if rate-limited:
+-- that one waits for a token) and its first run that is not due yet.
+SELECT o.owner AS owner,
+       d.available_at AS due_at, d.rate_key AS rate_key,
+       d.rate_per_second AS rate_per_second, d.rate_burst AS rate_burst,
+       d.owner_concurrency AS due_cap,
+       l.available_at AS later_at, l.owner_concurrency AS later_cap
+FROM owners AS o
+LEFT JOIN runs AS d ON d.seq = (
+    SELECT h.seq FROM runs AS h
+    WHERE h.workflow = o.workflow AND h.owner = o.owner AND h.status = 'queued'
+      AND h.available_at <= :now
+    ORDER BY h.available_at, h.seq
+    LIMIT 1
+) AND d.rate_key IS NOT NULL
+LEFT JOIN runs AS l ON l.seq = (
+    SELECT h.seq FROM runs AS h
+    WHERE h.workflow = o.workflow AND h.owner = o.owner AND h.status = 'queued'
+      AND h.available_at > :now
+    ORDER BY h.available_at, h.seq
+    LIMIT 1
+)
+WHERE o.workflow = :workflow AND (d.seq IS NOT NULL OR l.seq IS NOT NULL);
+
+-- name: next_wake
+SELECT MIN(wake_at) FROM runs
+WHERE workflow = :workflow AND wake_at IS NOT NULL AND wake_at > :now;
+
+-- name: running_count
+-- Running runs of one workflow and owner, counted up to :cap only.
+SELECT COUNT(*) FROM (
+    SELECT 1 FROM runs
+    WHERE workflow = :workflow AND owner = :owner AND status = 'running'
+    LIMIT :cap
+);
+
+-- name: claim_counter
+SELECT counter FROM claim_counters WHERE workflow = :workflow;
+
+-- name: set_claim_counter
+INSERT INTO claim_counters (workflow, counter) VALUES (:workflow, :counter)
+ON CONFLICT (workflow) DO UPDATE SET counter = excluded.counter;
+
+-- name: set_last_served
+UPDATE owners SET last_served = :last_served WHERE workflow = :workflow AND owner = :owner;
+
+-- name: get_bucket
+SELECT tokens, updated_at FROM buckets WHERE key = :key;
+
+-- name: put_bucket
+INSERT INTO buckets (key, tokens, updated_at) VALUES (:key, :tokens, :updated_at)
+ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at;
 
 -- name: claim_run
 UPDATE runs SET
@@ -72,10 +159,8 @@ UPDATE runs SET
     claims = claims + 1,
     updated_at = :now,
     started_at = COALESCE(started_at, :now)
-WHERE seq = :seq;
-
--- name: get_run_by_seq
-SELECT * FROM runs WHERE seq = :seq;
+WHERE seq = :seq
+RETURNING *;
 
 -- name: lease_state
 SELECT status, lease_token, cancel_requested FROM runs WHERE run_id = :run_id;
@@ -83,37 +168,86 @@ SELECT status, lease_token, cancel_requested FROM runs WHERE run_id = :run_id;
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = :expires_at WHERE run_id = :run_id;
 
--- name: cancel_queued
-UPDATE runs SET
-    status = 'cancelled', finished_at = :now, updated_at = :now, cancel_requested = 1
-WHERE run_id = :run_id;
-
 -- name: request_cancel
 UPDATE runs SET cancel_requested = 1, updated_at = :now WHERE run_id = :run_id;
+
+-- name: cancel_now
+UPDATE runs SET
+    status = 'cancelled', finished_at = :now, updated_at = :now, cancel_requested = 1,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL
+WHERE run_id = :run_id
+RETURNING *;
 
 -- name: terminate_run
 UPDATE runs SET
     status = 'terminated', finished_at = :now, updated_at = :now,
-    lease_token = lease_token + 1, lease_expires_at = NULL
+    lease_token = lease_token + 1,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL
+WHERE run_id = :run_id
+RETURNING *;
+
+-- name: finish_run
+-- Fenced in the WHERE clause: no row back means the lease is gone.
+UPDATE runs SET
+    status = :status, result = :result, error = :error,
+    finished_at = :now, updated_at = :now,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL
+WHERE run_id = :run_id AND status = 'running' AND lease_token = :token
+RETURNING *;
+
+-- name: dead_letter
+UPDATE runs SET
+    status = 'dead', finished_at = :now, updated_at = :now,
+    recoveries = recoveries + 1, error = :error,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL
+WHERE run_id = :run_id
+RETURNING *;
+
+-- name: wake_parent
+-- A parent waiting for this child becomes queued.
+UPDATE runs SET
+    status = 'queued', available_at = :now, updated_at = :now,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL,
+    stamp = COALESCE((SELECT c.counter FROM claim_counters AS c
+                      WHERE c.workflow = runs.workflow), 0)
+WHERE run_id = :parent AND status = 'waiting' AND wait_child = :child
+RETURNING workflow;
+
+-- name: enqueue_run
+UPDATE runs SET
+    status = 'queued', available_at = :available_at, updated_at = :now,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL,
+    stamp = COALESCE((SELECT c.counter FROM claim_counters AS c
+                      WHERE c.workflow = runs.workflow), 0)
 WHERE run_id = :run_id;
+
+-- name: release_run
+-- Fenced in the WHERE clause: no row back means the lease is gone.
+UPDATE runs SET
+    status = 'queued', available_at = :available_at, updated_at = :now,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL,
+    stamp = COALESCE((SELECT c.counter FROM claim_counters AS c
+                      WHERE c.workflow = runs.workflow), 0)
+WHERE run_id = :run_id AND status = 'running' AND lease_token = :token
+RETURNING workflow;
 
 -- name: retry_run
 UPDATE runs SET
     status = 'queued', available_at = :now, updated_at = :now, finished_at = NULL,
     error = NULL, result = NULL, cancel_requested = 0, recoveries = 0,
-    lease_expires_at = NULL
-WHERE run_id = :run_id;
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL,
+    stamp = COALESCE((SELECT c.counter FROM claim_counters AS c
+                      WHERE c.workflow = runs.workflow), 0)
+WHERE run_id = :run_id
+RETURNING *;
 
--- name: finish_run
+-- name: requeue_expired
 UPDATE runs SET
-    status = :status, result = :result, error = :error,
-    finished_at = :now, updated_at = :now, lease_expires_at = NULL
-WHERE run_id = :run_id;
-
--- name: release_run
-UPDATE runs SET
-    status = 'queued', updated_at = :now, lease_expires_at = NULL,
-    available_at = :available_at
+    status = 'queued', available_at = :now, updated_at = :now,
+    recoveries = recoveries + 1,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL,
+    stamp = COALESCE((SELECT c.counter FROM claim_counters AS c
+                      WHERE c.workflow = runs.workflow), 0)
 WHERE run_id = :run_id;
 
 -- name: expired_leases
@@ -122,26 +256,24 @@ WHERE status = 'running' AND lease_expires_at <= :now
 ORDER BY seq
 LIMIT :limit;
 
--- name: requeue_expired
+-- name: suspend_run
 UPDATE runs SET
-    status = 'queued', available_at = :now, updated_at = :now,
-    lease_expires_at = NULL, recoveries = recoveries + 1
-WHERE run_id = :run_id;
+    status = :status, wake_at = :wake_at, wait_signal = :wait_signal,
+    wait_child = :wait_child, lease_expires_at = NULL, updated_at = :now
+WHERE run_id = :run_id
+RETURNING workflow, owner_concurrency;
 
--- name: dead_letter
-UPDATE runs SET
-    status = 'dead', finished_at = :now, updated_at = :now,
-    lease_expires_at = NULL, recoveries = recoveries + 1, error = :error
-WHERE run_id = :run_id;
+-- name: due_timers
+SELECT run_id, workflow FROM runs
+WHERE wake_at IS NOT NULL AND wake_at <= :now
+ORDER BY wake_at, seq
+LIMIT :limit;
 
 -- name: load_journal
 SELECT * FROM journal WHERE run_id = :run_id ORDER BY position;
 
 -- name: journal_entry
 SELECT * FROM journal WHERE run_id = :run_id AND position = :position;
-
--- name: journal_next
-SELECT COALESCE(MAX(position) + 1, 0) FROM journal WHERE run_id = :run_id;
 
 -- name: journal_last
 SELECT position, ok FROM journal WHERE run_id = :run_id ORDER BY position DESC LIMIT 1;
@@ -150,8 +282,83 @@ SELECT position, ok FROM journal WHERE run_id = :run_id ORDER BY position DESC L
 DELETE FROM journal WHERE run_id = :run_id AND position = :position;
 
 -- name: insert_journal
+-- The primary key decides: no change means the position is taken.
 INSERT INTO journal (run_id, position, kind, name, ok, value, attempts, token, recorded_at)
-VALUES (:run_id, :position, :kind, :name, :ok, :value, :attempts, :token, :recorded_at);
+VALUES (:run_id, :position, :kind, :name, :ok, :value, :attempts, :token, :recorded_at)
+ON CONFLICT DO NOTHING;
+
+-- name: insert_signal
+INSERT INTO signals (run_id, name, payload) VALUES (:run_id, :name, :payload);
+
+-- name: first_signal
+SELECT seq, payload FROM signals
+WHERE run_id = :run_id AND name = :name
+ORDER BY seq
+LIMIT 1;
+
+-- name: delete_signal
+DELETE FROM signals WHERE seq = :seq;
+
+-- name: signal_waiter
+-- A run waiting for this signal becomes queued.
+UPDATE runs SET
+    status = 'queued', available_at = :now, updated_at = :now,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL,
+    stamp = COALESCE((SELECT c.counter FROM claim_counters AS c
+                      WHERE c.workflow = runs.workflow), 0)
+WHERE run_id = :run_id AND status = 'waiting' AND wait_signal = :name;
+
+-- name: get_schedule
+SELECT * FROM schedules WHERE schedule_id = :schedule_id;
+
+-- name: put_schedule
+INSERT INTO schedules (
+    schedule_id, workflow, params, cron, every, timezone, enabled,
+    next_fire_at, last_fire_at, owner, created_at, updated_at
+) VALUES (
+    :schedule_id, :workflow, :params, :cron, :every, :timezone, :enabled,
+    :next_fire_at, :last_fire_at, :owner, :created_at, :updated_at
+)
+ON CONFLICT (schedule_id) DO UPDATE SET
+    workflow = excluded.workflow, params = excluded.params, cron = excluded.cron,
+    every = excluded.every, timezone = excluded.timezone, enabled = excluded.enabled,
+    next_fire_at = excluded.next_fire_at, last_fire_at = excluded.last_fire_at,
+    owner = excluded.owner, created_at = excluded.created_at,
+    updated_at = excluded.updated_at
+RETURNING *;
+
+-- name: list_schedules
+SELECT * FROM schedules
+WHERE (:workflow IS NULL OR workflow = :workflow)
+ORDER BY schedule_id;
+
+-- name: update_schedule
+UPDATE schedules SET
+    enabled = COALESCE(:enabled, enabled),
+    params = COALESCE(:params, params),
+    next_fire_at = COALESCE(:next_fire_at, next_fire_at),
+    updated_at = :now
+WHERE schedule_id = :schedule_id
+RETURNING *;
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE schedule_id = :schedule_id;
+
+-- name: due_schedules
+SELECT * FROM schedules
+WHERE enabled = 1 AND next_fire_at <= :now
+ORDER BY next_fire_at, schedule_id
+LIMIT :limit;
+
+-- name: next_schedule_at
+SELECT MIN(next_fire_at) FROM schedules WHERE enabled = 1;
+
+-- name: fire_schedule
+-- Compare-and-set on next_fire_at: no row back means another fire won.
+UPDATE schedules SET
+    last_fire_at = :fired_slot, next_fire_at = :next_fire_at, updated_at = :now
+WHERE schedule_id = :schedule_id AND enabled = 1 AND next_fire_at = :expected_next
+RETURNING schedule_id;
 
 -- name: upsert_worker
 -- An upsert, not INSERT OR REPLACE, so a worker keeps its rowid (the tie-break order).

@@ -14,9 +14,16 @@ from importlib import resources
 from typing import Any
 
 from pyrula.workflows.errors import StoreError, StoreUnavailable
-from pyrula.workflows.records import JournalEntry, RunRecord, RunStatus, WorkerInfo
+from pyrula.workflows.records import (
+    FlowControl,
+    JournalEntry,
+    RunRecord,
+    RunStatus,
+    ScheduleRecord,
+    WorkerInfo,
+)
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
 
@@ -58,16 +65,18 @@ SCHEMA = split_statements(_read("schema.sql"))
 
 # -- statements --------------------------------------------------------------------------
 def one(conn: sqlite3.Connection, name: str, /, **params: Any) -> sqlite3.Row | None:
-    row: sqlite3.Row | None = conn.execute(Q[name], params).fetchone()
-    return row
+    """The first row, or None. Reads every row, so a RETURNING statement runs to its end."""
+    rows: list[sqlite3.Row] = conn.execute(Q[name], params).fetchall()
+    return rows[0] if rows else None
 
 
 def many(conn: sqlite3.Connection, name: str, /, **params: Any) -> list[sqlite3.Row]:
     return conn.execute(Q[name], params).fetchall()
 
 
-def run(conn: sqlite3.Connection, name: str, /, **params: Any) -> None:
-    conn.execute(Q[name], params)
+def run(conn: sqlite3.Connection, name: str, /, **params: Any) -> int:
+    """Execute; return how many rows it changed."""
+    return conn.execute(Q[name], params).rowcount
 
 
 def scalar(conn: sqlite3.Connection, name: str, /, **params: Any) -> Any:
@@ -118,10 +127,15 @@ def _enable_wal(conn: sqlite3.Connection, path: str, busy_timeout: float) -> Non
 def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     run(conn, "begin_immediate")
     try:
-        for statement in SCHEMA:
-            conn.execute(statement)
-        run(conn, "meta_init", key="schema_version", value=SCHEMA_VERSION)
-        found = scalar(conn, "meta_get", key="schema_version")
+        found = scalar(conn, "meta_get", key="schema_version") if one(conn, "has_meta") else None
+        if found == "1":
+            _migrate_from_1(conn)
+            found = None
+        if found is None or found == SCHEMA_VERSION:  # an unknown version is left alone
+            for statement in SCHEMA:
+                conn.execute(statement)
+            run(conn, "meta_set", key="schema_version", value=SCHEMA_VERSION)
+            found = SCHEMA_VERSION
         conn.commit()
     except BaseException:
         if conn.in_transaction:
@@ -132,6 +146,29 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
             f"the SQLite database {path} has schema version {found}, but this pyrula "
             f"expects {SCHEMA_VERSION}; use a matching pyrula version or a new file"
         )
+
+
+_V2_RUN_COLUMNS = (
+    "parent_run_id TEXT",
+    "wake_at REAL",
+    "wait_signal TEXT",
+    "wait_child TEXT",
+    "rate_key TEXT",
+    "rate_per_second REAL",
+    "rate_burst REAL NOT NULL DEFAULT 1.0",
+    "owner_concurrency INTEGER",
+    "stamp INTEGER NOT NULL DEFAULT 0",
+)
+
+
+def _migrate_from_1(conn: sqlite3.Connection) -> None:
+    """Version 1 to 2 (inside the open transaction): the run columns of durable time,
+    child runs and flow control; the owners of existing runs. SCHEMA adds the rest."""
+    for column in _V2_RUN_COLUMNS:
+        conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
+    for statement in SCHEMA:
+        conn.execute(statement)
+    conn.execute("INSERT OR IGNORE INTO owners (workflow, owner) SELECT workflow, owner FROM runs")
 
 
 def is_busy(exc: sqlite3.Error) -> bool:
@@ -181,6 +218,38 @@ def to_run(row: sqlite3.Row) -> RunRecord:
         cancel_requested=bool(row["cancel_requested"]),
         recoveries=row["recoveries"],
         claims=row["claims"],
+        parent_run_id=row["parent_run_id"],
+        wake_at=row["wake_at"],
+        wait_signal=row["wait_signal"],
+        wait_child=row["wait_child"],
+        flow=to_flow(row),
+    )
+
+
+def to_flow(row: sqlite3.Row) -> FlowControl:
+    """The FlowControl kept in a row's ``rate_*`` and ``owner_concurrency`` columns."""
+    return FlowControl(
+        rate_key=row["rate_key"],
+        rate_per_second=row["rate_per_second"],
+        rate_burst=row["rate_burst"],
+        owner_concurrency=row["owner_concurrency"],
+    )
+
+
+def to_schedule(row: sqlite3.Row) -> ScheduleRecord:
+    return ScheduleRecord(
+        schedule_id=row["schedule_id"],
+        workflow=row["workflow"],
+        params=row["params"],
+        cron=row["cron"],
+        every=row["every"],
+        timezone=row["timezone"],
+        enabled=bool(row["enabled"]),
+        next_fire_at=row["next_fire_at"],
+        last_fire_at=row["last_fire_at"],
+        owner=row["owner"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
     )
 
 

@@ -7,8 +7,9 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from pyrula.workflows.errors import InvalidRunState, LeaseLost, NondeterminismError, RunNotFound
+from pyrula.workflows.errors import InvalidRunState, RunNotFound
 from pyrula.workflows.records import (
     RETRYABLE_STATUSES,
     JournalEntry,
@@ -18,23 +19,23 @@ from pyrula.workflows.records import (
     RecoveryReport,
     RunRecord,
     RunStatus,
+    Wait,
     WorkerInfo,
 )
 from pyrula.workflows.stores.base import RenewResult
 from pyrula.workflows.stores.notify import run_key, work_key
-from pyrula.workflows.stores.rules import (
-    check_finish_outcome,
-    dead_letter_error,
-    idempotency_conflict,
-    idempotency_matches,
-    same_entry,
-)
-from pyrula.workflows.stores.sqlite import sql
+from pyrula.workflows.stores.rules import check_finish_outcome, dead_letter_error
+from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
+from pyrula.workflows.stores.sqlite import claims, sql, waits
 from pyrula.workflows.stores.sqlite.db import POLL_MAX, POLL_MIN, Database, Keys, remaining
-from pyrula.workflows.stores.sqlite.sql import many, one, scalar, to_entry, to_run
+from pyrula.workflows.stores.sqlite.schedules import SqliteSchedules
+from pyrula.workflows.stores.sqlite.sql import many, one, to_entry, to_run
+from pyrula.workflows.stores.sqlite.tx import Tx
+
+T = TypeVar("T")
 
 
-class SqliteStore:
+class SqliteStore(SqliteSchedules, ScheduleAdmin):
     """A store in one SQLite file (WAL mode), safe for many processes on one machine.
 
     * **One thread.** Every sqlite3 call runs on this store's own single-thread executor,
@@ -55,8 +56,8 @@ class SqliteStore:
       off to 50 ms, and only re-read the run (or look for claimable work) when it moved.
       The interval is spent asleep awaiting the notifier, never spinning. So a change
       made by another process is seen within about 50 ms.
-    * **Claims** read one index range per workflow (``runs_claim``), already in
-      ``(available_at, insertion)`` order, so their cost does not grow with the queue.
+    * **Claims** are fair across owners and cost one index probe per owner of the
+      workflow, never a scan of the queue (see ``claims.py``).
     """
 
     def __init__(
@@ -75,6 +76,15 @@ class SqliteStore:
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
 
+    async def _write(self, fn: Callable[[Tx], T]) -> T:
+        """Run ``fn`` in one write transaction; notify the keys it noted after the commit."""
+
+        def body(conn: sqlite3.Connection, now: float) -> tuple[T, Keys]:
+            tx = Tx(conn, now, self.url)
+            return fn(tx), tuple(tx.keys)
+
+        return await self._db.write(body)
+
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
         await self._db.call(lambda conn: None)
@@ -87,25 +97,7 @@ class SqliteStore:
 
     # -- runs ------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[tuple[RunRecord, bool], Keys]:
-            if new.idempotency_key is not None:
-                row = one(conn, "get_run_by_key", key=new.idempotency_key)
-                if row is not None:
-                    existing = to_run(row)
-                    if not idempotency_matches(existing, new):
-                        raise idempotency_conflict(new.idempotency_key, existing, new)
-                    return (existing, False), ()
-            if one(conn, "get_run", run_id=new.run_id) is not None:
-                raise InvalidRunState(f"a run with id {new.run_id!r} already exists")
-            sql.run(
-                conn, "insert_run", run_id=new.run_id, workflow=new.workflow,
-                params=new.params, owner=new.owner, idempotency_key=new.idempotency_key,
-                now=now,
-                available_at=new.start_at if new.start_at is not None else now + new.delay,
-            )
-            return (self._require(conn, new.run_id), True), (work_key(new.workflow),)
-
-        return await self._db.write(tx)
+        return await self._write(lambda tx: tx.create(new))
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._db.call(lambda conn: one(conn, "get_run", run_id=run_id))
@@ -123,7 +115,11 @@ class SqliteStore:
             return []
         rows = await self._db.call(
             lambda conn: many(
-                conn, "list_runs", workflow=workflow, owner=owner, limit=limit,
+                conn,
+                "list_runs",
+                workflow=workflow,
+                owner=owner,
+                limit=limit,
                 status=None if status is None else RunStatus(status).value,
             )
         )
@@ -156,41 +152,44 @@ class SqliteStore:
                 self._db.notifier.unregister(key, fut)
 
     async def cancel_run(self, run_id: str) -> RunRecord:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[RunRecord, Keys]:
-            run = self._require(conn, run_id)
-            if run.is_terminal:
-                raise InvalidRunState(f"run {run_id!r} already ended as {run.status.value}")
-            name = "cancel_queued" if run.status is RunStatus.QUEUED else "request_cancel"
-            sql.run(conn, name, run_id=run_id, now=now)
-            return self._require(conn, run_id), (run_key(run_id),)
+        def tx(t: Tx) -> RunRecord:
+            run = t.require_live(run_id)
+            for target in [run, *t.live_descendants(run_id)]:
+                if target.status is RunStatus.RUNNING:
+                    t.run("request_cancel", run_id=target.run_id, now=t.now)
+                    t.note(run_key(target.run_id))
+                else:
+                    t.end("cancel_now", target)
+            return t.require(run_id)
 
-        return await self._db.write(tx)
+        return await self._write(tx)
 
     async def terminate_run(self, run_id: str) -> RunRecord:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[RunRecord, Keys]:
-            run = self._require(conn, run_id)
-            if run.is_terminal:
-                raise InvalidRunState(f"run {run_id!r} already ended as {run.status.value}")
-            sql.run(conn, "terminate_run", run_id=run_id, now=now)
-            return self._require(conn, run_id), (run_key(run_id),)
+        def tx(t: Tx) -> RunRecord:
+            run = t.require_live(run_id)
+            for target in [run, *t.live_descendants(run_id)]:
+                t.end("terminate_run", target)
+            return t.require(run_id)
 
-        return await self._db.write(tx)
+        return await self._write(tx)
 
     async def retry_run(self, run_id: str) -> RunRecord:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[RunRecord, Keys]:
-            run = self._require(conn, run_id)
+        def tx(t: Tx) -> RunRecord:
+            run = t.require(run_id)
             if run.status not in RETRYABLE_STATUSES:
                 raise InvalidRunState(
                     f"run {run_id!r} is {run.status.value}; only failed, cancelled, "
                     "terminated or dead runs can be retried"
                 )
-            last = one(conn, "journal_last", run_id=run_id)
+            last = t.one("journal_last", run_id=run_id)
             if last is not None and not last["ok"]:
-                sql.run(conn, "journal_delete", run_id=run_id, position=last["position"])
-            sql.run(conn, "retry_run", run_id=run_id, now=now)
-            return self._require(conn, run_id), (work_key(run.workflow), run_key(run_id))
+                t.run("journal_delete", run_id=run_id, position=last["position"])
+            row = t.one("retry_run", run_id=run_id, now=t.now)
+            assert row is not None
+            t.note(work_key(run.workflow), run_key(run_id))
+            return to_run(row)
 
-        return await self._db.write(tx)
+        return await self._write(tx)
 
     # -- queue and leases ------------------------------------------------------------
     async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
@@ -229,172 +228,139 @@ class SqliteStore:
     async def claim_runs(
         self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
     ) -> list[Lease]:
-        names = list(dict.fromkeys(workflows))
-        if limit <= 0 or not names:
+        if limit <= 0 or not workflows:
             return []
 
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[list[Lease], Keys]:
-            self._work_version = self._db.data_version(conn)
-            rows = [
-                row for name in names
-                for row in many(conn, "claimable", workflow=name, now=now, limit=limit)
-            ]
-            rows.sort(key=lambda row: (row["available_at"], row["seq"]))
-            leases: list[Lease] = []
-            for row in rows[:limit]:
-                sql.run(
-                    conn, "claim_run", seq=row["seq"], worker_id=worker_id, now=now,
-                    expires_at=now + lease_ttl,
-                )
-                claimed = to_run(_must(one(conn, "get_run_by_seq", seq=row["seq"])))
-                leases.append(Lease(claimed, claimed.lease_token, now + lease_ttl))
-            return leases, ()
+        def tx(t: Tx) -> list[Lease]:
+            self._work_version = self._db.data_version(t.conn)
+            return claims.claim(t, worker_id, workflows, limit, lease_ttl)
 
-        return await self._db.write(tx)
+        return await self._write(tx)
 
     async def next_due_at(self, workflows: Sequence[str]) -> float | None:
-        def read(conn: sqlite3.Connection) -> float | None:
-            times = [scalar(conn, "next_due", workflow=name) for name in set(workflows)]
-            return min((t for t in times if t is not None), default=None)
-
-        return await self._db.call(read)
+        return await self._db.call(
+            lambda conn: claims.next_due(Tx(conn, self._db.clock(), self.url), workflows)
+        )
 
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float
     ) -> RenewResult:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[RenewResult, Keys]:
+        def tx(t: Tx) -> RenewResult:
             lost: list[str] = []
             cancel: list[str] = []
             for run_id, token in leases:
-                row = one(conn, "lease_state", run_id=run_id)
+                row = t.one("lease_state", run_id=run_id)
                 if row is None or row["status"] != "running" or row["lease_token"] != token:
                     lost.append(run_id)
                     continue
-                sql.run(conn, "renew_lease", run_id=run_id, expires_at=now + lease_ttl)
+                t.run("renew_lease", run_id=run_id, expires_at=t.now + lease_ttl)
                 if row["cancel_requested"]:
                     cancel.append(run_id)
-            return RenewResult(lost=tuple(lost), cancel_requested=tuple(cancel)), ()
+            return RenewResult(lost=tuple(lost), cancel_requested=tuple(cancel))
 
         if not leases:
             return RenewResult()
-        return await self._db.write(tx)
+        return await self._write(tx)
 
     async def load_journal(self, run_id: str) -> list[JournalEntry]:
         rows = await self._db.call(lambda conn: many(conn, "load_journal", run_id=run_id))
         return [to_entry(row) for row in rows]
 
     async def append_journal(self, token: int, entry: JournalEntry) -> bool:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[bool, Keys]:
-            run = self._fenced(conn, entry.run_id, token)
-            row = one(conn, "journal_entry", run_id=entry.run_id, position=entry.position)
-            if row is not None:
-                existing = to_entry(row)
-                if same_entry(existing, entry):
-                    return run.cancel_requested, ()
-                raise NondeterminismError(
-                    f"run {entry.run_id!r} already recorded {existing.name!r} "
-                    f"at position {entry.position}, not {entry.name!r}"
-                )
-            free = scalar(conn, "journal_next", run_id=entry.run_id)
-            if entry.position != free:
-                raise NondeterminismError(
-                    f"run {entry.run_id!r}: journal position {entry.position} skips "
-                    f"positions (next free is {free})"
-                )
-            sql.run(
-                conn, "insert_journal", run_id=entry.run_id, position=entry.position,
-                kind=entry.kind, name=entry.name, ok=entry.ok, value=entry.value,
-                attempts=entry.attempts, token=token, recorded_at=now,
-            )
-            return run.cancel_requested, ()
+        def tx(t: Tx) -> bool:
+            cancel_requested = t.fence(entry.run_id, token)
+            t.append(token, entry)
+            return cancel_requested
 
-        return await self._db.write(tx)
+        return await self._write(tx)
 
     async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
         check_finish_outcome(outcome)
 
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[RunRecord, Keys]:
-            self._fenced(conn, run_id, token)
-            sql.run(
-                conn, "finish_run", run_id=run_id, now=now, status=outcome.status.value,
-                result=outcome.result, error=outcome.error,
+        def tx(t: Tx) -> RunRecord:
+            row = t.one(
+                "finish_run",
+                run_id=run_id,
+                token=token,
+                now=t.now,
+                status=outcome.status.value,
+                result=outcome.result,
+                error=outcome.error,
             )
-            return self._require(conn, run_id), (run_key(run_id),)
+            if row is None:
+                raise t.lease_lost(run_id, token)
+            return t.ended(to_run(row), RunStatus.RUNNING)
 
-        return await self._db.write(tx)
+        return await self._write(tx)
 
-    async def release_run(
-        self, run_id: str, token: int, available_at: float | None = None
-    ) -> None:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[None, Keys]:
-            run = self._fenced(conn, run_id, token)
-            sql.run(
-                conn, "release_run", run_id=run_id, now=now,
-                available_at=now if available_at is None else available_at,
+    async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
+        def tx(t: Tx) -> None:
+            row = t.one(
+                "release_run",
+                run_id=run_id,
+                token=token,
+                now=t.now,
+                available_at=t.now if available_at is None else available_at,
             )
-            return None, (work_key(run.workflow),)
+            if row is None:
+                raise t.lease_lost(run_id, token)
+            t.note(work_key(row["workflow"]))
 
-        await self._db.write(tx)
+        await self._write(tx)
 
+    async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
+        return await self._write(lambda t: waits.suspend(t, run_id, token, wait))
+
+    async def fire_timers(self, limit: int) -> int:
+        return await self._write(lambda t: waits.fire_timers(t, limit))
+
+    # -- signals and children ----------------------------------------------------------
+    async def send_signal(self, run_id: str, name: str, payload: str) -> None:
+        await self._write(lambda t: waits.send_signal(t, run_id, name, payload))
+
+    async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
+        return await self._write(lambda t: waits.consume_signal(t, token, entry))
+
+    async def start_child(self, token: int, entry: JournalEntry, child: NewRun) -> RunRecord:
+        return await self._write(lambda t: waits.start_child(t, token, entry, child))
+
+    # -- housekeeping ------------------------------------------------------------------
     async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[RecoveryReport, Keys]:
+        def tx(t: Tx) -> RecoveryReport:
             requeued: list[str] = []
             dead: list[str] = []
-            keys: list[str] = []
-            for row in many(conn, "expired_leases", now=now, limit=max(limit, 0)):
+            for row in t.many("expired_leases", now=t.now, limit=max(limit, 0)):
                 run = to_run(row)
                 if run.recoveries + 1 > max_recoveries:
-                    error = dead_letter_error(run, max_recoveries)
-                    sql.run(conn, "dead_letter", run_id=run.run_id, now=now, error=error)
+                    t.end("dead_letter", run, error=dead_letter_error(run, max_recoveries))
                     dead.append(run.run_id)
                 else:
-                    sql.run(conn, "requeue_expired", run_id=run.run_id, now=now)
+                    t.run("requeue_expired", run_id=run.run_id, now=t.now)
+                    t.note(work_key(run.workflow), run_key(run.run_id))
                     requeued.append(run.run_id)
-                keys += [work_key(run.workflow), run_key(run.run_id)]
-            return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead)), tuple(keys)
+            return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead))
 
-        return await self._db.write(tx)
+        return await self._write(tx)
 
     # -- workers ---------------------------------------------------------------------
     async def heartbeat(self, info: WorkerInfo) -> None:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[None, Keys]:
-            sql.run(
-                conn, "upsert_worker", worker_id=info.worker_id,
-                workflows=json.dumps(list(info.workflows)), hostname=info.hostname,
-                pid=info.pid, started_at=info.started_at, last_seen=now, running=info.running,
+        def tx(t: Tx) -> None:
+            t.run(
+                "upsert_worker",
+                worker_id=info.worker_id,
+                workflows=json.dumps(list(info.workflows)),
+                hostname=info.hostname,
+                pid=info.pid,
+                started_at=info.started_at,
+                last_seen=t.now,
+                running=info.running,
             )
-            return None, ()
 
-        await self._db.write(tx)
+        await self._write(tx)
 
     async def remove_worker(self, worker_id: str) -> None:
-        def tx(conn: sqlite3.Connection, now: float) -> tuple[None, Keys]:
-            sql.run(conn, "delete_worker", worker_id=worker_id)
-            return None, ()
-
-        await self._db.write(tx)
+        await self._write(lambda t: t.run("delete_worker", worker_id=worker_id))
 
     async def list_workers(self) -> list[WorkerInfo]:
         rows = await self._db.call(lambda conn: many(conn, "list_workers"))
         return [sql.to_worker(row) for row in rows]
-
-    # -- internals: inside a transaction ---------------------------------------------
-    def _require(self, conn: sqlite3.Connection, run_id: str) -> RunRecord:
-        row = one(conn, "get_run", run_id=run_id)
-        if row is None:
-            raise RunNotFound(f"no run with id {run_id!r} in {self.url}")
-        return to_run(row)
-
-    def _fenced(self, conn: sqlite3.Connection, run_id: str, token: int) -> RunRecord:
-        run = self._require(conn, run_id)
-        if run.status is not RunStatus.RUNNING or run.lease_token != token:
-            raise LeaseLost(
-                f"run {run_id!r} is no longer held with token {token} "
-                f"(status {run.status.value}, token {run.lease_token})"
-            )
-        return run
-
-
-def _must(row: sqlite3.Row | None) -> sqlite3.Row:
-    assert row is not None
-    return row

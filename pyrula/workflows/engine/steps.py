@@ -1,0 +1,197 @@
+"""Running one step: its attempts, retry policy, timeout, and journaled outcome.
+
+Short retry backoffs sleep in the worker. Backoffs of at least
+``durable_backoff_after`` seconds are journaled as a ``backoff`` entry (at a negative
+position derived from the step's position and attempt, so it never takes a step's
+place) and the run is suspended on a timer; when it wakes, the step continues with the
+next attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from pyrula.workflows.context import StepContext
+from pyrula.workflows.engine.control import Suspend
+from pyrula.workflows.errors import PayloadError, StepTimeout
+from pyrula.workflows.faults import fault_point
+from pyrula.workflows.records import JournalEntry, Wait
+from pyrula.workflows.retry import RetryPolicy
+from pyrula.workflows.serialization import ErrorInfo, decode, encode
+
+if TYPE_CHECKING:
+    from pyrula.workflows.engine.execution import RunExecution
+
+log = logging.getLogger("pyrula.workflows.engine")
+
+DEFAULT_STEP_RETRY = RetryPolicy()
+"""Used by steps that don't name a policy: 3 attempts, 1 s then 2 s backoff."""
+MAX_TRACKED_ATTEMPTS = 1024
+
+
+def backoff_position(position: int, attempt: int) -> int:
+    """Where the backoff after ``attempt`` of the step at ``position`` is journaled."""
+    return -(position * MAX_TRACKED_ATTEMPTS + min(attempt, MAX_TRACKED_ATTEMPTS - 1)) - 1
+
+
+def _backoff_state(execution: RunExecution, position: int) -> tuple[int, float | None]:
+    """(last failed attempt, when the next may start) from journaled backoffs."""
+    attempt, wake_at = 0, None
+    for candidate in range(1, MAX_TRACKED_ATTEMPTS):
+        entry = execution.journal.get(backoff_position(position, candidate))
+        if entry is None:
+            break
+        state = decode(entry.value)
+        attempt, wake_at = int(state["attempt"]), float(state["wake_at"])
+    return attempt, wake_at
+
+
+async def _guarded(awaitable: Awaitable[Any]) -> tuple[bool, Any]:
+    """Await user code, turning any exception (even SystemExit) into a value.
+
+    Only cancellation of this task passes through, so a step can never stop the loop.
+    """
+    try:
+        return True, await awaitable
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        return False, exc
+
+
+async def run_step(
+    execution: RunExecution,
+    position: int,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    retry: RetryPolicy | None,
+    timeout: float | None,
+    takes_context: bool,
+) -> Any:
+    entry = execution.recorded(position, "step", name)
+    if entry is not None:
+        return execution.outcome(entry)
+    execution.check_boundary()
+    policy = retry or DEFAULT_STEP_RETRY
+    attempt, wake_at = _backoff_state(execution, position)
+    if wake_at is not None and await execution.store_now() < wake_at:
+        raise Suspend(Wait(wake_at=wake_at))
+    attempt += 1
+    while True:
+        fault_point("step_started")
+        if execution.observer is not None:
+            execution.observer.step_started(execution, name, attempt)
+        call_args = args
+        if takes_context:
+            step_ctx = StepContext(
+                run_id=execution.run_id,
+                workflow=execution.workflow,
+                step=name,
+                position=position,
+                attempt=attempt,
+                max_attempts=policy.max_attempts,
+                token=execution.token,
+            )
+            call_args = (step_ctx, *args)
+        ok, value = await _call(execution, name, fn, call_args, kwargs, timeout)
+        if ok:
+            try:
+                text = encode(
+                    value, what=f"result of step {name!r}", max_bytes=execution.max_payload
+                )
+                break
+            except PayloadError as exc:
+                # The step ran and its effects happened: retrying would repeat them
+                # only to return the same unstorable value. Fail the step now.
+                ok, value = False, exc
+                text = ErrorInfo.from_exception(value).to_json()
+                break
+        if not policy.should_retry(value, attempt):
+            text = ErrorInfo.from_exception(value).to_json()
+            break
+        delay = policy.backoff(attempt)
+        log.warning(
+            "run %s step %r attempt %d failed (%s: %s); retrying in %.2fs",
+            execution.run_id,
+            name,
+            attempt,
+            type(value).__name__,
+            value,
+            delay,
+        )
+        if delay >= execution.durable_backoff_after:
+            wake = await execution.store_now() + delay
+            await execution.append(
+                JournalEntry(
+                    run_id=execution.run_id,
+                    position=backoff_position(position, attempt),
+                    kind="backoff",
+                    name=name,
+                    ok=False,
+                    value=encode({"attempt": attempt, "wake_at": wake}),
+                    attempts=attempt,
+                )
+            )
+            raise Suspend(Wait(wake_at=wake))
+        await asyncio.sleep(delay)
+        execution.check_boundary()
+        attempt += 1
+    fault_point("after_step_before_journal")
+    await execution.append(
+        JournalEntry(
+            run_id=execution.run_id,
+            position=position,
+            kind="step",
+            name=name,
+            ok=ok,
+            value=text,
+            attempts=attempt,
+        )
+    )
+    if ok:
+        return decode(text)
+    raise value
+
+
+async def _call(
+    execution: RunExecution,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout: float | None,
+) -> tuple[bool, Any]:
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callables
+    ):
+        try:
+            return await asyncio.wait_for(_guarded(fn(*args, **kwargs)), timeout)
+        except asyncio.TimeoutError:
+            return False, StepTimeout(f"step {name!r} did not finish within {timeout}s")
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    ok, value = await _guarded(loop.run_in_executor(execution.executor, call))
+    if ok and inspect.isawaitable(value):
+        ok, value = await _guarded(value)  # a sync callable that returned a coroutine
+    elapsed = time.monotonic() - started
+    if timeout is not None and elapsed > timeout:
+        log.warning(
+            "run %s sync step %r took %.1fs, over its %.1fs timeout; sync steps are never "
+            "killed, so its outcome stands",
+            execution.run_id,
+            name,
+            elapsed,
+            timeout,
+        )
+    return ok, value

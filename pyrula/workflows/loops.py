@@ -1,0 +1,167 @@
+"""The worker's housekeeping loops: lease renewal, orphan recovery, timers, schedules."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+import uuid
+from typing import TYPE_CHECKING
+
+from pyrula.workflows.errors import IdempotencyConflict, InvalidSchedule, StoreError
+from pyrula.workflows.faults import fault_point
+from pyrula.workflows.records import NewRun, ScheduleRecord, WorkerInfo
+from pyrula.workflows.schedules import Schedule
+
+if TYPE_CHECKING:
+    from pyrula.workflows.worker import WorkflowWorker
+
+log = logging.getLogger("pyrula.workflows.worker")
+
+SCHEDULE_BATCH = 100
+
+
+async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
+    """Heartbeat, and renew the lease of every run this worker holds (a third of the TTL)."""
+    while True:
+        try:
+            await renew_once(worker, workflows)
+        except StoreError as exc:
+            log.warning("lease renewal failed: %s", exc)
+        await asyncio.sleep(worker.options.lease_renew_interval)
+
+
+async def renew_once(worker: WorkflowWorker, workflows: list[str]) -> None:
+    store, active_runs = worker.store, worker.active_runs
+    await store.heartbeat(
+        WorkerInfo(
+            worker_id=worker.worker_id,
+            workflows=tuple(workflows),
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=worker.started_at,
+            last_seen=0.0,
+            running=len(active_runs),
+        )
+    )
+    if not active_runs or fault_point("skip_lease_renewal"):
+        return
+    held = [(a.lease.run_id, a.lease.token) for a in active_runs.values()]
+    result = await store.renew_leases(worker.worker_id, held, worker.options.lock_ttl)
+    for run_id in result.lost:
+        active = active_runs.get(run_id)
+        if active is None:
+            continue
+        log.warning("run %s: lease lost (terminated or reclaimed); stopping it here", run_id)
+        active.lost = True
+        if active.execution is not None:
+            active.execution.lost = True
+        if active.task is not None:
+            active.task.cancel()
+    for run_id in result.cancel_requested:
+        active = active_runs.get(run_id)
+        if active is not None and active.execution is not None:
+            active.execution.cancel_requested = True
+
+
+async def orphan_loop(worker: WorkflowWorker) -> None:
+    """Requeue runs whose worker stopped renewing; dead-letter those that keep doing it."""
+    while True:
+        try:
+            report = await worker.store.recover_expired(worker.options.max_recoveries, limit=1000)
+            if report.requeued:
+                log.warning(
+                    "requeued %d runs whose worker stopped renewing: %s",
+                    len(report.requeued),
+                    ", ".join(report.requeued[:10]),
+                )
+            if report.dead:
+                log.error(
+                    "dead-lettered %d runs that kept losing their worker: %s",
+                    len(report.dead),
+                    ", ".join(report.dead[:10]),
+                )
+        except StoreError as exc:
+            log.warning("orphan scan failed: %s", exc)
+        await asyncio.sleep(worker.options.orphan_scan_interval)
+
+
+async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
+    """Queue runs whose sleep or wait deadline passed, and wake the claim loops when a
+    delayed, sleeping or rate-limited run becomes due.
+
+    Each tick handles at most ``timer_max_batch`` timers, then sleeps until the next due
+    time the store knows of, capped by ``timer_poll_interval_s``.
+    """
+    options = worker.options
+    while True:
+        delay = options.timer_poll_interval_s
+        try:
+            fired = await worker.store.fire_timers(options.timer_max_batch)
+            if fired:
+                worker.wake_claimers()
+            if fired >= options.timer_max_batch:
+                continue
+            due = await worker.store.next_due_at(workflows)
+            if due is not None:
+                delay = min(delay, max(0.0, due - await worker.store.now()))
+        except StoreError as exc:
+            log.warning("timer scan failed: %s", exc)
+        await worker.wait_stop_or(delay, worker.timers_changed)
+        worker.wake_claimers()
+
+
+async def schedule_loop(worker: WorkflowWorker) -> None:
+    """Fire due schedules; sleep until the next slot, capped by ``schedule_poll_interval``."""
+    store = worker.store
+    while True:
+        delay = worker.options.schedule_poll_interval
+        try:
+            due = await store.due_schedules(SCHEDULE_BATCH)
+            for record in due:
+                await fire(worker, record)
+            if len(due) >= SCHEDULE_BATCH:
+                continue
+            upcoming = await store.next_schedule_at()
+            if upcoming is not None:
+                delay = min(delay, max(0.0, upcoming - await store.now()))
+        except StoreError as exc:
+            log.warning("schedule scan failed: %s", exc)
+        except Exception:  # never let one bad record stop every schedule on this worker
+            log.exception("schedule scan failed")
+        await worker.wait_stop_or(delay, worker.schedules_changed)
+
+
+async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:
+    """Fire the latest due slot of ``record`` once; missed slots are not backfilled."""
+    store = worker.store
+    now = await store.now()
+    try:
+        schedule = Schedule.from_record(record)
+        slot, following = schedule.slots_due(record.next_fire_at, now)
+        if not (math.isfinite(slot) and math.isfinite(following) and following > slot):
+            raise InvalidSchedule(f"slot {slot!r} would be followed by {following!r}")
+    except Exception as exc:  # a record Schedule.create would refuse (written directly)
+        log.error("schedule %s cannot compute its slots (%s); pausing it", record.schedule_id, exc)
+        await store.update_schedule(record.schedule_id, enabled=False)
+        return
+    run = NewRun(
+        run_id=uuid.uuid4().hex,
+        workflow=record.workflow,
+        params=record.params,
+        owner=record.owner,
+        idempotency_key=f"schedule:{record.schedule_id}:{slot:.3f}",
+    )
+    try:
+        created = await store.fire_schedule(
+            record.schedule_id, record.next_fire_at, slot, following, run
+        )
+    except IdempotencyConflict:
+        # The slot already produced a run (the schedule was re-created with other params):
+        # it has fired; move on to the next slot.
+        await store.update_schedule(record.schedule_id, next_fire_at=following)
+        return
+    if created is not None:
+        log.info("schedule %s fired slot %.0f as run %s", record.schedule_id, slot, created.run_id)

@@ -1,0 +1,229 @@
+"""Schedules: a workflow submitted on a cron expression or a fixed interval.
+
+A schedule lives in the store, so every worker sees it. Each worker's schedule loop
+fires due schedules; the fire and the run it creates are one atomic store operation
+keyed by schedule and slot, so with any number of workers each slot fires once.
+
+Rules:
+
+* **No backfill.** After downtime a schedule fires once, for the latest slot that
+  passed, then moves to the next slot after now.
+* **DST.** Cron fields are read in the schedule's ``timezone``. When clocks go back, a
+  wall-clock time that happens twice fires only the first time; when they go forward,
+  a time that does not exist fires once, at the first moment after the gap.
+* An expression is checked completely at :meth:`Schedule.create`, including that it
+  fires at all (``0 0 30 2 *`` never does): a bad one never reaches the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
+
+from pyrula.workflows.errors import InvalidSchedule
+from pyrula.workflows.records import DEFAULT_OWNER, ScheduleRecord
+from pyrula.workflows.registry import WorkflowDefinition
+from pyrula.workflows.serialization import decode, encode
+
+_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
+_SLOT_SEARCH_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule definition. Build one with :meth:`create`."""
+
+    schedule_id: str
+    workflow: str
+    params: Mapping[str, Any]
+    cron: str | None = None
+    every: float | None = None
+    """Seconds between slots, for the interval form."""
+    timezone: str = "UTC"
+    owner: str = DEFAULT_OWNER
+    enabled: bool = True
+
+    @classmethod
+    def create(
+        cls,
+        workflow: str | WorkflowDefinition,
+        cron: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        schedule_id: str | None = None,
+        *,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        owner: str | None = None,
+        enabled: bool = True,
+    ) -> Schedule:
+        """A schedule running ``workflow`` with ``params`` on ``cron`` or ``every``.
+
+        ``cron`` has five fields (minute hour day-of-month month day-of-week), read in
+        ``timezone``. ``every`` (a timedelta or seconds) fires at fixed periods from the
+        time the schedule is stored. Keep ``schedule_id`` fixed across deploys; by
+        default it is derived from the workflow, timing and params.
+        Raises :class:`InvalidSchedule` for anything that cannot work.
+        """
+        name = workflow.name if isinstance(workflow, WorkflowDefinition) else workflow
+        if not isinstance(name, str) or not name:
+            raise InvalidSchedule("a schedule needs a workflow name")
+        if (cron is None) == (every is None):
+            raise InvalidSchedule("give a schedule exactly one of cron='...' or every=timedelta")
+        _check_timezone(timezone)
+        interval = None
+        if every is not None:
+            interval = _check_every(every)
+        else:
+            _check_cron(cron)
+        params = dict(params or {})
+        params_text = encode(params, what="schedule params")
+        if schedule_id is None:
+            digest = hashlib.sha1(
+                f"{name}|{cron}|{interval}|{timezone}|{params_text}".encode()
+            ).hexdigest()[:12]
+            schedule_id = f"{name}:{digest}"
+        if not isinstance(schedule_id, str) or not schedule_id.strip():
+            raise InvalidSchedule("schedule_id must be a non-empty string")
+        schedule = cls(
+            schedule_id=schedule_id,
+            workflow=name,
+            params=params,
+            cron=cron,
+            every=interval,
+            timezone=timezone,
+            owner=owner if owner is not None else DEFAULT_OWNER,
+            enabled=enabled,
+        )
+        if cron is not None:
+            schedule.next_slot_after(datetime.now(ZoneInfo("UTC")).timestamp())  # fires at all?
+        return schedule
+
+    # -- slots -----------------------------------------------------------------------
+    def next_slot_after(self, after: float) -> float:
+        """The first slot strictly after ``after`` (epoch seconds), by the DST rules."""
+        if self.every is not None:
+            return after + self.every
+        assert self.cron is not None
+        tz = ZoneInfo(self.timezone)
+        base = datetime.fromtimestamp(after, tz)
+        try:
+            it = croniter(self.cron, base)
+            for _ in range(_SLOT_SEARCH_LIMIT):
+                candidate: datetime = it.get_next(datetime)
+                if candidate.timestamp() <= after:
+                    continue
+                if _wall(candidate) == _wall(base) and candidate.timestamp() - after < 7200:
+                    continue  # the repeated wall-clock hour after clocks went back
+                if (
+                    candidate.fold
+                    and candidate.utcoffset() != candidate.replace(fold=0).utcoffset()
+                ):
+                    continue  # the second occurrence of a wall-clock time (clocks went back)
+                return candidate.timestamp()
+        except (CroniterBadDateError, CroniterBadCronError) as exc:
+            raise InvalidSchedule(f"cron {self.cron!r} never fires: {exc}") from None
+        raise InvalidSchedule(f"cron {self.cron!r} found no slot after {base.isoformat()}")
+
+    def slots_due(self, next_fire_at: float, now: float) -> tuple[float, float]:
+        """For a due schedule: (the latest slot <= now to fire, the next slot after it).
+
+        Missed slots between ``next_fire_at`` and ``now`` are skipped, not backfilled.
+        """
+        if self.every is not None:
+            periods = math.floor((now - next_fire_at) / self.every)
+            latest = next_fire_at + max(0, periods) * self.every
+            return latest, latest + self.every
+        latest = next_fire_at
+        following = self.next_slot_after(latest)
+        if following <= now:
+            # Jump near ``now`` instead of walking every missed slot.
+            latest = self._slot_at_or_before(now, floor=next_fire_at)
+            following = self.next_slot_after(max(latest, now))
+        return latest, following
+
+    def _slot_at_or_before(self, now: float, floor: float) -> float:
+        assert self.cron is not None
+        tz = ZoneInfo(self.timezone)
+        it = croniter(self.cron, datetime.fromtimestamp(now + 1e-3, tz))
+        previous: datetime = it.get_prev(datetime)
+        return max(floor, previous.timestamp())
+
+    # -- records -----------------------------------------------------------------------
+    def to_record(self, now: float) -> ScheduleRecord:
+        """The stored form, its first slot the first one after ``now`` (store time)."""
+        return ScheduleRecord(
+            schedule_id=self.schedule_id,
+            workflow=self.workflow,
+            params=encode(dict(self.params), what="schedule params"),
+            cron=self.cron,
+            every=self.every,
+            timezone=self.timezone,
+            enabled=self.enabled,
+            next_fire_at=self.next_slot_after(now),
+            owner=self.owner,
+        )
+
+    @classmethod
+    def from_record(cls, record: ScheduleRecord) -> Schedule:
+        return cls(
+            schedule_id=record.schedule_id,
+            workflow=record.workflow,
+            params=decode(record.params),
+            cron=record.cron,
+            every=record.every,
+            timezone=record.timezone,
+            owner=record.owner,
+            enabled=record.enabled,
+        )
+
+
+def _wall(moment: datetime) -> tuple[int, int, int, int, int, int]:
+    return (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second)
+
+
+def _check_timezone(name: str) -> None:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidSchedule(
+            f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris'"
+        ) from None
+
+
+def _check_every(every: timedelta | float) -> float:
+    value = every.total_seconds() if isinstance(every, timedelta) else every
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidSchedule(f"every= takes a timedelta or seconds, got {every!r}")
+    if value < 1:
+        raise InvalidSchedule(f"every= must be at least one second, got {value!r}")
+    return float(value)
+
+
+def _check_cron(cron: str | None) -> None:
+    if not isinstance(cron, str) or not cron.strip():
+        raise InvalidSchedule("cron expression is empty; expected 5 fields, e.g. '0 2 * * *'")
+    if not cron.isascii():
+        raise InvalidSchedule(f"cron {cron!r} has non-ASCII characters; use ASCII digits")
+    fields = cron.split()
+    if len(fields) != 5:
+        raise InvalidSchedule(
+            f"cron {cron!r} has {len(fields)} fields; expected 5 "
+            "(minute hour day-of-month month day-of-week)"
+        )
+    for value in fields:
+        if not _FIELD.match(value):
+            raise InvalidSchedule(f"cron {cron!r}: field {value!r} is not valid")
+        if re.search(r"/0*(?:$|[^0-9])", value):
+            raise InvalidSchedule(f"cron {cron!r}: a step of 0 in {value!r} never advances")
+    try:
+        croniter(cron)
+    except CroniterError as exc:
+        raise InvalidSchedule(f"cron {cron!r} is not valid: {exc}") from None

@@ -1,0 +1,111 @@
+"""Fair, flow-controlled claiming over MemoryStore's state (see ``stores/flow.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from pyrula.workflows.records import Lease, RunRecord, RunStatus
+from pyrula.workflows.stores.flow import next_token_at, owner_turn, refill, take
+from pyrula.workflows.stores.memory.state import MemoryState
+
+
+def _queues(state: MemoryState, workflow: str, now: float) -> dict[str, list[RunRecord]]:
+    """Due queued runs of ``workflow`` per owner, each list in FIFO order."""
+    per_owner: dict[str, list[RunRecord]] = {}
+    for run in state.runs.values():
+        if run.workflow == workflow and run.status is RunStatus.QUEUED and run.available_at <= now:
+            per_owner.setdefault(run.owner, []).append(run)
+    for runs in per_owner.values():
+        runs.sort(key=lambda r: (r.available_at, state.order[r.run_id]))
+    return per_owner
+
+
+def _running(state: MemoryState, workflow: str, owner: str) -> int:
+    return sum(
+        1
+        for run in state.runs.values()
+        if run.workflow == workflow and run.owner == owner and run.status is RunStatus.RUNNING
+    )
+
+
+def _held_back(state: MemoryState, run: RunRecord, now: float) -> bool:
+    """Whether the run's flow control refuses a claim now; takes its rate token if not."""
+    flow = run.flow
+    cap = flow.owner_concurrency
+    if cap is not None and _running(state, run.workflow, run.owner) >= cap:
+        return True
+    if flow.rate_key is not None and flow.rate_per_second:
+        taken, bucket, _ = take(
+            state.buckets.get(flow.rate_key), now, flow.rate_per_second, flow.rate_burst
+        )
+        state.buckets[flow.rate_key] = bucket
+        if not taken:
+            return True
+    return False
+
+
+def claim(
+    state: MemoryState, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+) -> list[Lease]:
+    now = state.clock()
+    leases: list[Lease] = []
+    for workflow in dict.fromkeys(workflows):
+        queues = _queues(state, workflow, now)
+        while queues and len(leases) < limit:
+            owner = min(
+                queues,
+                key=lambda o: (
+                    owner_turn(state.served.get((workflow, o)), state.stamps[queues[o][0].run_id]),
+                    o,
+                ),
+            )
+            run = queues[owner][0]
+            if _held_back(state, run, now):
+                del queues[owner]  # FIFO within an owner: its later runs wait too
+                continue
+            queues[owner].pop(0)
+            if not queues[owner]:
+                del queues[owner]
+            counter = state.claim_counter.get(workflow, 0) + 1
+            state.claim_counter[workflow] = counter
+            state.served[(workflow, owner)] = counter
+            token = state.next_token()
+            claimed = state.save(
+                replace(
+                    run,
+                    status=RunStatus.RUNNING,
+                    worker_id=worker_id,
+                    lease_token=token,
+                    lease_expires_at=now + lease_ttl,
+                    claims=run.claims + 1,
+                    updated_at=now,
+                    started_at=run.started_at if run.started_at is not None else now,
+                )
+            )
+            leases.append(Lease(run=claimed, token=token, expires_at=now + lease_ttl))
+    return leases
+
+
+def next_due(state: MemoryState, workflows: Sequence[str]) -> float | None:
+    names = set(workflows)
+    now = state.clock()
+    times: list[float] = []
+    for run in state.runs.values():
+        if run.workflow not in names:
+            continue
+        if run.status is RunStatus.QUEUED:
+            cap = run.flow.owner_concurrency
+            if cap is not None and _running(state, run.workflow, run.owner) >= cap:
+                continue  # the finish that frees a slot wakes the claimers
+            when = run.available_at
+            key = run.flow.rate_key
+            if when <= now and key is not None and run.flow.rate_per_second:
+                bucket = refill(
+                    state.buckets.get(key), now, run.flow.rate_per_second, run.flow.rate_burst
+                )
+                when = max(when, next_token_at(bucket, run.flow.rate_per_second))
+            times.append(when)
+        elif run.status in (RunStatus.SLEEPING, RunStatus.WAITING) and run.wake_at is not None:
+            times.append(run.wake_at)
+    return min((t for t in times if t > now), default=None)

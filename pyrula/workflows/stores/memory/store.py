@@ -1,0 +1,418 @@
+"""MemoryStore: in-process, thread-safe, loses everything on restart.
+
+It is the executable specification of :class:`~pyrula.workflows.stores.base.Store`:
+when the conformance suite and this store disagree, the suite is fixed first, then
+every backend. Every operation runs under one lock, so each is atomic; wake-ups are
+sent after the lock is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from pyrula.workflows.errors import InvalidRunState, NondeterminismError, RunNotFound
+from pyrula.workflows.records import (
+    RETRYABLE_STATUSES,
+    JournalEntry,
+    Lease,
+    NewRun,
+    Outcome,
+    RecoveryReport,
+    RunRecord,
+    RunStatus,
+    Wait,
+    WorkerInfo,
+)
+from pyrula.workflows.stores.base import RenewResult
+from pyrula.workflows.stores.memory import claims
+from pyrula.workflows.stores.memory.schedules import MemorySchedules
+from pyrula.workflows.stores.memory.state import MemoryState
+from pyrula.workflows.stores.notify import run_key, work_key
+from pyrula.workflows.stores.rules import (
+    check_finish_outcome,
+    dead_letter_error,
+    idempotency_conflict,
+    idempotency_matches,
+    same_entry,
+)
+from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
+
+
+class MemoryStore(MemorySchedules, ScheduleAdmin):
+    """A store in this process's memory. ``clock`` is the store's time source."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self.url = "memory://"
+        self._clock = clock
+        self._s = MemoryState(clock=clock)
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._s.notifier.close()
+
+    async def now(self) -> float:
+        return self._clock()
+
+    # -- runs ------------------------------------------------------------------------
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        s = self._s
+        with s.lock:
+            record, created = self._create(new)
+        s.flush()
+        return record, created
+
+    def _create(self, new: NewRun) -> tuple[RunRecord, bool]:
+        s = self._s
+        if new.idempotency_key is not None and new.idempotency_key in s.keys:
+            existing = s.runs[s.keys[new.idempotency_key]]
+            if not idempotency_matches(existing, new):
+                raise idempotency_conflict(new.idempotency_key, existing, new)
+            return existing, False
+        if new.run_id in s.runs:
+            existing = s.runs[new.run_id]
+            if new.parent_run_id is not None and existing.parent_run_id == new.parent_run_id:
+                return existing, False
+            raise InvalidRunState(f"a run with id {new.run_id!r} already exists")
+        now = self._clock()
+        record = RunRecord(
+            run_id=new.run_id,
+            workflow=new.workflow,
+            params=new.params,
+            status=RunStatus.QUEUED,
+            owner=new.owner,
+            idempotency_key=new.idempotency_key,
+            created_at=now,
+            available_at=new.start_at if new.start_at is not None else now + new.delay,
+            updated_at=now,
+            parent_run_id=new.parent_run_id,
+            flow=new.flow,
+        )
+        s.seq += 1
+        s.order[new.run_id] = s.seq
+        s.journals[new.run_id] = {}
+        if new.idempotency_key is not None:
+            s.keys[new.idempotency_key] = new.run_id
+        if new.parent_run_id is not None:
+            s.children.setdefault(new.parent_run_id, set()).add(new.run_id)
+        s.enqueue(record, record.available_at)
+        return s.runs[new.run_id], True
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        with self._s.lock:
+            return self._s.runs.get(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        s = self._s
+        with s.lock:
+            out: list[RunRecord] = []
+            for run_id in sorted(s.runs, key=s.order.__getitem__, reverse=True):
+                run = s.runs[run_id]
+                if workflow is not None and run.workflow != workflow:
+                    continue
+                if status is not None and run.status != status:
+                    continue
+                if owner is not None and run.owner != owner:
+                    continue
+                if len(out) >= limit:
+                    break
+                out.append(run)
+            return out
+
+    async def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
+        notifier = self._s.notifier
+        deadline = None if timeout is None else time.monotonic() + timeout
+        key = run_key(run_id)
+        while True:
+            fut = notifier.register(key)
+            run = await self.get_run(run_id)
+            if run is None:
+                notifier.unregister(key, fut)
+                raise RunNotFound(f"no run with id {run_id!r} in {self.url}")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            closed = notifier.closed  # close() woke us: return the run as it is
+            if run.is_terminal or closed or (remaining is not None and remaining <= 0):
+                notifier.unregister(key, fut)
+                return run
+            await notifier.wait(fut, key, remaining)
+
+    async def cancel_run(self, run_id: str) -> RunRecord:
+        s = self._s
+        with s.lock:
+            run = s.require_live(run_id)
+            for target in [run, *s.live_children(run_id)]:
+                if target.status is RunStatus.RUNNING:
+                    s.save(replace(target, cancel_requested=True, updated_at=self._clock()))
+                    s.note(run_key(target.run_id))
+                else:
+                    s.end(target, RunStatus.CANCELLED, cancel_requested=True)
+            result = s.runs[run_id]
+        s.flush()
+        return result
+
+    async def terminate_run(self, run_id: str) -> RunRecord:
+        s = self._s
+        with s.lock:
+            run = s.require_live(run_id)
+            for target in [run, *s.live_children(run_id)]:
+                s.end(target, RunStatus.TERMINATED, lease_token=s.next_token())
+            result = s.runs[run_id]
+        s.flush()
+        return result
+
+    async def retry_run(self, run_id: str) -> RunRecord:
+        s = self._s
+        with s.lock:
+            run = s.require(run_id)
+            if run.status not in RETRYABLE_STATUSES:
+                raise InvalidRunState(
+                    f"run {run_id!r} is {run.status.value}; only failed, cancelled, "
+                    "terminated or dead runs can be retried"
+                )
+            journal = s.journals[run_id]
+            if journal:
+                last = max(journal)
+                if not journal[last].ok:
+                    del journal[last]
+            run = s.enqueue(
+                run,
+                self._clock(),
+                finished_at=None,
+                error=None,
+                result=None,
+                cancel_requested=False,
+                recoveries=0,
+            )
+            s.note(run_key(run_id))
+        s.flush()
+        return run
+
+    # -- queue and leases ------------------------------------------------------------
+    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
+        notifier = self._s.notifier
+        registered = [(key, notifier.register(key)) for key in map(work_key, workflows)]
+        try:
+            if registered:
+                await asyncio.wait(
+                    [asyncio.shield(f) for _, f in registered],
+                    timeout=timeout,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        finally:
+            for key, fut in registered:
+                notifier.unregister(key, fut)
+
+    async def claim_runs(
+        self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+    ) -> list[Lease]:
+        if limit <= 0:
+            return []
+        with self._s.lock:
+            return claims.claim(self._s, worker_id, workflows, limit, lease_ttl)
+
+    async def next_due_at(self, workflows: Sequence[str]) -> float | None:
+        with self._s.lock:
+            return claims.next_due(self._s, workflows)
+
+    async def renew_leases(
+        self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float
+    ) -> RenewResult:
+        s = self._s
+        lost: list[str] = []
+        cancel: list[str] = []
+        with s.lock:
+            now = self._clock()
+            for run_id, token in leases:
+                run = s.runs.get(run_id)
+                if run is None or run.status is not RunStatus.RUNNING or run.lease_token != token:
+                    lost.append(run_id)
+                    continue
+                s.save(replace(run, lease_expires_at=now + lease_ttl))
+                if run.cancel_requested:
+                    cancel.append(run_id)
+        return RenewResult(lost=tuple(lost), cancel_requested=tuple(cancel))
+
+    async def load_journal(self, run_id: str) -> list[JournalEntry]:
+        with self._s.lock:
+            journal = self._s.journals.get(run_id, {})
+            return [journal[position] for position in sorted(journal)]
+
+    async def append_journal(self, token: int, entry: JournalEntry) -> bool:
+        with self._s.lock:
+            run = self._s.fenced(entry.run_id, token)
+            self._append(token, entry)
+            return run.cancel_requested
+
+    def _append(self, token: int, entry: JournalEntry) -> bool:
+        """Write ``entry`` unless an identical one is there; True if it was written."""
+        journal = self._s.journals[entry.run_id]
+        existing = journal.get(entry.position)
+        if existing is not None:
+            if same_entry(existing, entry):
+                return False
+            raise NondeterminismError(
+                f"run {entry.run_id!r} already recorded {existing.kind} {existing.name!r} "
+                f"at position {entry.position}, not {entry.kind} {entry.name!r}"
+            )
+        journal[entry.position] = replace(entry, token=token, recorded_at=self._clock())
+        return True
+
+    async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
+        check_finish_outcome(outcome)
+        s = self._s
+        with s.lock:
+            run = s.fenced(run_id, token)
+            run = s.end(run, outcome.status, result=outcome.result, error=outcome.error)
+        s.flush()
+        return run
+
+    async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
+        s = self._s
+        with s.lock:
+            run = s.fenced(run_id, token)
+            s.enqueue(run, self._clock() if available_at is None else available_at)
+        s.flush()
+
+    async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
+        s = self._s
+        with s.lock:
+            run = s.fenced(run_id, token)
+            now = self._clock()
+            if wait.signal is not None and s.signals.get(run_id, {}).get(wait.signal):
+                return False
+            if wait.child is not None and s.require(wait.child).is_terminal:
+                return False
+            if wait.wake_at is not None and wait.wake_at <= now:
+                return False
+            status = (
+                RunStatus.SLEEPING
+                if wait.signal is None and wait.child is None
+                else (RunStatus.WAITING)
+            )
+            s.save(
+                replace(
+                    run,
+                    status=status,
+                    wake_at=wait.wake_at,
+                    wait_signal=wait.signal,
+                    wait_child=wait.child,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+            )
+            s.note(run_key(run_id))
+            if run.flow.owner_concurrency is not None:  # a slot of its owner is free again
+                s.note(work_key(run.workflow))
+        s.flush()
+        return True
+
+    async def fire_timers(self, limit: int) -> int:
+        s = self._s
+        with s.lock:
+            now = self._clock()
+            due = sorted(
+                (
+                    run
+                    for run in s.runs.values()
+                    if run.status in (RunStatus.SLEEPING, RunStatus.WAITING)
+                    and run.wake_at is not None
+                    and run.wake_at <= now
+                ),
+                key=lambda r: (r.wake_at, s.order[r.run_id]),
+            )[:limit]
+            for run in due:
+                s.enqueue(run, now)
+        s.flush()
+        return len(due)
+
+    # -- signals and children ----------------------------------------------------------
+    async def send_signal(self, run_id: str, name: str, payload: str) -> None:
+        s = self._s
+        with s.lock:
+            run = s.require_live(run_id)
+            s.signals.setdefault(run_id, {}).setdefault(name, deque()).append(payload)
+            if run.status is RunStatus.WAITING and run.wait_signal == name:
+                s.enqueue(run, self._clock())
+        s.flush()
+
+    async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
+        s = self._s
+        with s.lock:
+            s.fenced(entry.run_id, token)
+            existing = s.journals[entry.run_id].get(entry.position)
+            if existing is not None and existing.kind == entry.kind and existing.name == entry.name:
+                return existing.value
+            pending = s.signals.get(entry.run_id, {}).get(entry.name)
+            if not pending:
+                return None
+            payload = pending[0]
+            self._append(token, replace(entry, value=payload))
+            pending.popleft()
+            return payload
+
+    async def start_child(self, token: int, entry: JournalEntry, child: NewRun) -> RunRecord:
+        s = self._s
+        with s.lock:
+            s.fenced(entry.run_id, token)
+            existing = s.journals[entry.run_id].get(entry.position)
+            if existing is not None and not same_entry(existing, entry):
+                self._append(token, entry)  # raises NondeterminismError
+            record, _ = self._create(child)
+            self._append(token, entry)
+        s.flush()
+        return record
+
+    # -- housekeeping ------------------------------------------------------------------
+    async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
+        s = self._s
+        requeued: list[str] = []
+        dead: list[str] = []
+        with s.lock:
+            now = self._clock()
+            expired = [
+                run
+                for run in s.runs.values()
+                if run.status is RunStatus.RUNNING
+                and run.lease_expires_at is not None
+                and run.lease_expires_at <= now
+            ]
+            for run in expired[:limit]:
+                if run.recoveries + 1 > max_recoveries:
+                    s.end(
+                        run,
+                        RunStatus.DEAD,
+                        recoveries=run.recoveries + 1,
+                        error=dead_letter_error(run, max_recoveries),
+                    )
+                    dead.append(run.run_id)
+                else:
+                    s.enqueue(run, now, recoveries=run.recoveries + 1)
+                    s.note(run_key(run.run_id))
+                    requeued.append(run.run_id)
+        s.flush()
+        return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead))
+
+    async def heartbeat(self, info: WorkerInfo) -> None:
+        with self._s.lock:
+            self._s.workers[info.worker_id] = replace(info, last_seen=self._clock())
+
+    async def remove_worker(self, worker_id: str) -> None:
+        with self._s.lock:
+            self._s.workers.pop(worker_id, None)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        with self._s.lock:
+            return sorted(self._s.workers.values(), key=lambda w: w.last_seen, reverse=True)

@@ -1,0 +1,135 @@
+"""Fair, flow-controlled claiming in SQL (the rules are in ``stores/flow.py``).
+
+Per workflow, the ``owners`` table lists every owner that ever had a run of it, with
+``last_served``; one index probe of ``runs_owner_queue`` per owner finds its head run
+(first queued by ``(available_at, seq)``). So a claim costs in proportion to the number
+of owners, never to the depth of the queue. The owner with the lowest
+:func:`~pyrula.workflows.stores.flow.owner_turn` goes next; after its claim, one more
+probe finds its new head.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyrula.workflows.records import Lease
+from pyrula.workflows.stores.flow import Bucket, next_token_at, owner_turn, refill, take
+from pyrula.workflows.stores.sqlite.sql import to_run
+from pyrula.workflows.stores.sqlite.tx import Tx
+
+
+@dataclass
+class _Owner:
+    last_served: int | None
+    head: sqlite3.Row
+    """seq, stamp, available_at and the flow columns of the owner's head run."""
+
+    def turn(self) -> int:
+        return owner_turn(self.last_served, self.head["stamp"])
+
+
+def claim(
+    tx: Tx, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+) -> list[Lease]:
+    """Claim up to ``limit`` runs, workflows in the order given, owners fairly."""
+    leases: list[Lease] = []
+    for workflow in dict.fromkeys(workflows):
+        if len(leases) >= limit:
+            break
+        leases += _claim_workflow(tx, worker_id, workflow, limit - len(leases), lease_ttl)
+    return leases
+
+
+def _claim_workflow(
+    tx: Tx, worker_id: str, workflow: str, limit: int, lease_ttl: float
+) -> list[Lease]:
+    owners = {
+        row["owner"]: _Owner(row["last_served"], row)
+        for row in tx.many("due_heads", workflow=workflow, now=tx.now)
+    }
+    counter: int = tx.scalar("claim_counter", workflow=workflow) or 0
+    served: dict[str, int] = {}
+    leases: list[Lease] = []
+    while owners and len(leases) < limit:
+        name = min(owners, key=lambda o: (owners[o].turn(), o))
+        owner = owners[name]
+        if _held_back(tx, workflow, name, owner.head):
+            del owners[name]  # FIFO within an owner: its later runs wait too
+            continue
+        counter += 1
+        owner.last_served = served[name] = counter
+        row = tx.one(
+            "claim_run",
+            seq=owner.head["seq"],
+            worker_id=worker_id,
+            now=tx.now,
+            expires_at=tx.now + lease_ttl,
+        )
+        assert row is not None
+        run = to_run(row)
+        leases.append(Lease(run, run.lease_token, tx.now + lease_ttl))
+        head = tx.one("due_head", workflow=workflow, owner=name, now=tx.now)
+        if head is None:
+            del owners[name]
+        else:
+            owner.head = head
+    if served:
+        tx.run("set_claim_counter", workflow=workflow, counter=counter)
+        for name, last in served.items():
+            tx.run("set_last_served", workflow=workflow, owner=name, last_served=last)
+    return leases
+
+
+def _at_cap(tx: Tx, workflow: str, owner: str, cap: int | None) -> bool:
+    if cap is None:
+        return False
+    running: int = tx.scalar("running_count", workflow=workflow, owner=owner, cap=cap)
+    return running >= cap
+
+
+def _bucket(tx: Tx, key: str) -> Bucket | None:
+    row = tx.one("get_bucket", key=key)
+    return None if row is None else Bucket(row["tokens"], row["updated_at"])
+
+
+def _held_back(tx: Tx, workflow: str, owner: str, head: sqlite3.Row) -> bool:
+    """Whether the head run's flow control refuses a claim now; takes its rate token if
+    not. The bucket is written only when a token is taken: a refill alone is implied by
+    the time, and writing it would wake every other process's waiters for nothing."""
+    if _at_cap(tx, workflow, owner, head["owner_concurrency"]):
+        return True
+    key, per_second = head["rate_key"], head["rate_per_second"]
+    if key is not None and per_second:
+        taken, bucket, _ = take(_bucket(tx, key), tx.now, per_second, head["rate_burst"])
+        if not taken:
+            return True
+        tx.run("put_bucket", key=key, tokens=bucket.tokens, updated_at=bucket.updated_at)
+    return False
+
+
+def next_due(tx: Tx, workflows: Sequence[str]) -> float | None:
+    """The earliest time after now at which a run of ``workflows`` becomes due.
+
+    Per owner, two index probes: its first run not due yet counts from its
+    ``available_at``; its first due run, if rate-limited, from its bucket's next token.
+    Runs of an owner at its concurrency cap are left out (an ending run wakes claimers).
+    """
+    times: list[float] = []
+    for workflow in dict.fromkeys(workflows):
+        wake = tx.scalar("next_wake", workflow=workflow, now=tx.now)
+        if wake is not None:
+            times.append(wake)
+        for row in tx.many("owner_queues", workflow=workflow, now=tx.now):
+            owner = row["owner"]
+            later = row["later_at"]
+            if later is not None and not _at_cap(tx, workflow, owner, row["later_cap"]):
+                times.append(later)
+            per_second = row["rate_per_second"]
+            if row["due_at"] is None or not per_second:
+                continue
+            if not _at_cap(tx, workflow, owner, row["due_cap"]):
+                bucket = refill(_bucket(tx, row["rate_key"]), tx.now, per_second, row["rate_burst"])
+                times.append(max(row["due_at"], next_token_at(bucket, per_second)))
+    return min((t for t in times if t > tx.now), default=None)

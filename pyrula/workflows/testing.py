@@ -31,9 +31,9 @@ from pyrula.workflows.engine.control import Crash
 from pyrula.workflows.engine.execution import RunExecution
 from pyrula.workflows.errors import DurableInvocationError, PyrulaError, RunCancelled
 from pyrula.workflows.options import WorkerOptions
-from pyrula.workflows.records import RunRecord, RunStatus
+from pyrula.workflows.records import RunRecord
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
-from pyrula.workflows.stores.flow import refill
+from pyrula.workflows.stores.flow import RATE_SKIP_WINDOW, refill
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.memory import claims as memory_claims
 from pyrula.workflows.stores.memory.state import MemoryState
@@ -185,8 +185,8 @@ class WorkflowTestEnv:
         with state.lock:
             for workflow in self._names():
                 for queue in memory_claims._queues(state, workflow, now).values():
-                    if not _held_back(state, queue[0], now):
-                        return True  # each owner's head run: FIFO within an owner
+                    if _owner_can_claim(state, queue, now):
+                        return True
         due = await self.store.due_schedules(1)
         return bool(due)
 
@@ -220,26 +220,22 @@ class WorkflowTestEnv:
         return report
 
 
-def _held_back(state: MemoryState, run: RunRecord, now: float) -> bool:
-    """Whether flow control keeps ``run`` queued now (as a claim would decide, but
-    without taking a rate token)."""
-    flow = run.flow
-    cap = flow.owner_concurrency
-    if cap is not None:
-        running = sum(
-            1
-            for other in state.runs.values()
-            if other.workflow == run.workflow
-            and other.owner == run.owner
-            and other.status is RunStatus.RUNNING
-        )
-        if running >= cap:
+def _owner_can_claim(state: MemoryState, runs: list[RunRecord], now: float) -> bool:
+    """Whether a claim now would take one of an owner's due ``runs`` (FIFO order), by
+    the rules of ``stores/flow.py``, without taking a rate token: runs whose rate key is
+    out of tokens are passed over (within ``RATE_SKIP_WINDOW``); a cap holds them all."""
+    for run in runs[:RATE_SKIP_WINDOW]:
+        flow = run.flow
+        cap = flow.owner_concurrency
+        if cap is not None and memory_claims._running(state, run.workflow, run.owner) >= cap:
+            return False
+        if flow.rate_key is None or not flow.rate_per_second:
             return True
-    if flow.rate_key is not None and flow.rate_per_second:
         bucket = refill(
             state.buckets.get(flow.rate_key), now, flow.rate_per_second, flow.rate_burst
         )
-        return bucket.tokens < 1.0
+        if bucket.tokens >= 1.0:
+            return True
     return False
 
 

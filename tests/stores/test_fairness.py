@@ -195,13 +195,27 @@ async def test_a_rate_bucket_is_shared_by_its_key(store: Store, clock: FakeClock
     assert len(await store.claim_runs("w", ["two"], 10, TTL)) == 1
 
 
-async def test_a_held_head_holds_its_owner_not_the_others(store: Store) -> None:
+async def test_a_rate_held_run_keeps_its_place_while_other_keys_go_by(store: Store) -> None:
     await create(store, owner="a", flow=RATE)
     held = await create(store, owner="a", flow=RATE)
-    after = await create(store, owner="a")  # no limit itself, but behind a held run
+    after = await create(store, owner="a")  # no limit itself: not blocked by the held key
+    other = await create(store, owner="b")
+    leases = await store.claim_runs("w", ["wf"], 10, TTL)
+    assert sorted(lease.run.owner for lease in leases) == ["a", "a", "b"]
+    assert {other, after} <= {lease.run_id for lease in leases}
+    assert await status(store, held) is RunStatus.QUEUED
+
+
+async def test_an_owner_at_its_cap_is_held_whole(store: Store) -> None:
+    capped = FlowControl(owner_concurrency=1)
+    await create(store, owner="a", flow=capped)
+    second = await create(store, owner="a", flow=capped)
+    after = await create(store, owner="a")  # behind the capped owner's held run
     other = await create(store, owner="b")
     leases = await store.claim_runs("w", ["wf"], 10, TTL)
     assert [lease.run.owner for lease in leases] == ["a", "b"]
     assert other in {lease.run_id for lease in leases}
-    assert await status(store, held) is RunStatus.QUEUED
+    assert await status(store, second) is RunStatus.QUEUED
     assert await status(store, after) is RunStatus.QUEUED
+
+

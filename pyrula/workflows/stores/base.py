@@ -136,8 +136,10 @@ class Store(Protocol):
         turn: the owner served least recently goes next; an owner that becomes active
         (its first queued run while it had none) is placed as served *now*, so idle
         owners bank no credit and a newly active one does not jump the queue. Within an
-        owner, strict FIFO by ``(available_at, submission)``; an owner whose head run is
-        held back is skipped for this claim.
+        owner, FIFO by ``(available_at, submission)``; a run whose rate key is out of
+        tokens keeps its place while runs of other keys behind it go by (looking at most
+        ``RATE_SKIP_WINDOW`` runs ahead, see ``stores/flow.py``); an owner at its
+        ``owner_concurrency`` cap is skipped for this claim.
 
         Each claimed run becomes ``running`` with a new larger ``lease_token``, the lease
         expiring ``lease_ttl`` seconds from now, ``claims`` incremented and

@@ -7,12 +7,18 @@ a run's stamp is the counter value when it last became queued. The owner with th
 lowest turn goes next. So a backlogged owner alternates with the others (its turn is
 its last claim), an idle owner banks no credit (its new head run is stamped *now*),
 and a newly active owner lines up behind those already waiting instead of jumping ahead.
-Within an owner runs go strictly FIFO by ``(available_at, submission)``.
+Within an owner runs go FIFO by ``(available_at, submission)``. A run whose rate key is
+out of tokens keeps its place while runs of other keys behind it go by, looking no further
+than the owner's first ``RATE_SKIP_WINDOW`` due runs; an owner at its concurrency cap is
+skipped whole.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+RATE_SKIP_WINDOW = 64
+"""How far past rate-limited runs a claim looks for an owner's next claimable run."""
 
 
 def owner_turn(last_served: int | None, head_stamp: int) -> int:

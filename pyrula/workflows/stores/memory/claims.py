@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pyrula.workflows.records import Lease, RunRecord, RunStatus
-from pyrula.workflows.stores.flow import next_token_at, owner_turn, refill, take
+from pyrula.workflows.stores.flow import RATE_SKIP_WINDOW, next_token_at, owner_turn, refill, take
 from pyrula.workflows.stores.memory.state import MemoryState
 
 
@@ -29,20 +29,36 @@ def _running(state: MemoryState, workflow: str, owner: str) -> int:
     )
 
 
-def _held_back(state: MemoryState, run: RunRecord, now: float) -> bool:
-    """Whether the run's flow control refuses a claim now; takes its rate token if not."""
+_CAP = "\x00owner_concurrency"
+"""Marks an owner held back by its concurrency cap (never a rate key: keys are text)."""
+
+
+def _held_back(state: MemoryState, run: RunRecord, now: float) -> str | None:
+    """What refuses the run a claim now: ``_CAP``, its rate key, or None (then its rate
+    token is taken)."""
     flow = run.flow
     cap = flow.owner_concurrency
     if cap is not None and _running(state, run.workflow, run.owner) >= cap:
-        return True
+        return _CAP
     if flow.rate_key is not None and flow.rate_per_second:
         taken, bucket, _ = take(
             state.buckets.get(flow.rate_key), now, flow.rate_per_second, flow.rate_burst
         )
-        state.buckets[flow.rate_key] = bucket
         if not taken:
-            return True
-    return False
+            return flow.rate_key
+        state.buckets[flow.rate_key] = bucket
+    return None
+
+
+def _head(runs: list[RunRecord], held: set[str]) -> int | None:
+    """Index of the owner's first run not held by an exhausted rate key, within the
+    window; None when there is none."""
+    if not held:
+        return 0 if runs else None
+    for index, run in enumerate(runs[:RATE_SKIP_WINDOW]):
+        if run.flow.rate_key is None or run.flow.rate_key not in held:
+            return index
+    return None
 
 
 def claim(
@@ -52,21 +68,35 @@ def claim(
     leases: list[Lease] = []
     for workflow in dict.fromkeys(workflows):
         queues = _queues(state, workflow, now)
-        while queues and len(leases) < limit:
+        heads = dict.fromkeys(queues, 0)
+        held: dict[str, set[str]] = {owner: set() for owner in queues}
+        while heads and len(leases) < limit:
             owner = min(
-                queues,
+                heads,
                 key=lambda o: (
-                    owner_turn(state.served.get((workflow, o)), state.stamps[queues[o][0].run_id]),
+                    owner_turn(
+                        state.served.get((workflow, o)),
+                        state.stamps[queues[o][heads[o]].run_id],
+                    ),
                     o,
                 ),
             )
-            run = queues[owner][0]
-            if _held_back(state, run, now):
-                del queues[owner]  # FIFO within an owner: its later runs wait too
+            run = queues[owner][heads[owner]]
+            reason = _held_back(state, run, now)
+            if reason is not None:
+                if reason == _CAP:
+                    del heads[owner]  # the owner's cap holds all its runs
+                    continue
+                held[owner].add(reason)
+            else:
+                queues[owner].pop(heads[owner])
+            index = _head(queues[owner], held[owner])
+            if index is None:
+                del heads[owner]
+            else:
+                heads[owner] = index
+            if reason is not None:
                 continue
-            queues[owner].pop(0)
-            if not queues[owner]:
-                del queues[owner]
             counter = state.claim_counter.get(workflow, 0) + 1
             state.claim_counter[workflow] = counter
             state.served[(workflow, owner)] = counter

@@ -10,14 +10,25 @@ probe finds its new head.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyrula.workflows.records import Lease
-from pyrula.workflows.stores.flow import Bucket, next_token_at, owner_turn, refill, take
+from pyrula.workflows.stores.flow import (
+    RATE_SKIP_WINDOW,
+    Bucket,
+    next_token_at,
+    owner_turn,
+    refill,
+    take,
+)
 from pyrula.workflows.stores.sqlite.sql import to_run
 from pyrula.workflows.stores.sqlite.tx import Tx
+
+_CAP = "\x00owner_concurrency"
+"""Marks an owner held back by its concurrency cap (never a rate key: keys are text)."""
 
 
 @dataclass
@@ -25,6 +36,8 @@ class _Owner:
     last_served: int | None
     head: sqlite3.Row
     """seq, stamp, available_at and the flow columns of the owner's head run."""
+    held: set[str] = field(default_factory=set)
+    """Rate keys found out of tokens during this claim."""
 
     def turn(self) -> int:
         return owner_turn(self.last_served, self.head["stamp"])
@@ -55,8 +68,17 @@ def _claim_workflow(
     while owners and len(leases) < limit:
         name = min(owners, key=lambda o: (owners[o].turn(), o))
         owner = owners[name]
-        if _held_back(tx, workflow, name, owner.head):
-            del owners[name]  # FIFO within an owner: its later runs wait too
+        held = _held_back(tx, workflow, name, owner.head)
+        if held is not None:
+            if held is _CAP:
+                del owners[name]  # the owner's cap holds all its runs
+                continue
+            owner.held.add(held)
+            head = _next_head(tx, workflow, name, owner.held)
+            if head is None:
+                del owners[name]
+            else:
+                owner.head = head
             continue
         counter += 1
         owner.last_served = served[name] = counter
@@ -70,7 +92,7 @@ def _claim_workflow(
         assert row is not None
         run = to_run(row)
         leases.append(Lease(run, run.lease_token, tx.now + lease_ttl))
-        head = tx.one("due_head", workflow=workflow, owner=name, now=tx.now)
+        head = _next_head(tx, workflow, name, owner.held)
         if head is None:
             del owners[name]
         else:
@@ -94,19 +116,33 @@ def _bucket(tx: Tx, key: str) -> Bucket | None:
     return None if row is None else Bucket(row["tokens"], row["updated_at"])
 
 
-def _held_back(tx: Tx, workflow: str, owner: str, head: sqlite3.Row) -> bool:
-    """Whether the head run's flow control refuses a claim now; takes its rate token if
-    not. The bucket is written only when a token is taken: a refill alone is implied by
-    the time, and writing it would wake every other process's waiters for nothing."""
+def _next_head(tx: Tx, workflow: str, owner: str, held: set[str]) -> sqlite3.Row | None:
+    if not held:
+        return tx.one("due_head", workflow=workflow, owner=owner, now=tx.now)
+    return tx.one(
+        "due_head_skipping",
+        workflow=workflow,
+        owner=owner,
+        now=tx.now,
+        held=json.dumps(sorted(held)),
+        window=RATE_SKIP_WINDOW,
+    )
+
+
+def _held_back(tx: Tx, workflow: str, owner: str, head: sqlite3.Row) -> str | None:
+    """What refuses the head run a claim now: ``_CAP``, its rate key, or None (then its
+    rate token is taken). The bucket is written only when a token is taken: a refill
+    alone is implied by the time, and writing it would wake every other process's
+    waiters for nothing."""
     if _at_cap(tx, workflow, owner, head["owner_concurrency"]):
-        return True
+        return _CAP
     key, per_second = head["rate_key"], head["rate_per_second"]
     if key is not None and per_second:
         taken, bucket, _ = take(_bucket(tx, key), tx.now, per_second, head["rate_burst"])
         if not taken:
-            return True
+            return str(key)
         tx.run("put_bucket", key=key, tokens=bucket.tokens, updated_at=bucket.updated_at)
-    return False
+    return None
 
 
 def next_due(tx: Tx, workflows: Sequence[str]) -> float | None:

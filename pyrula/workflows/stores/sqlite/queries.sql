@@ -96,6 +96,23 @@ WHERE workflow = :workflow AND owner = :owner AND status = 'queued'
 ORDER BY available_at, seq
 LIMIT 1;
 
+-- name: due_head_skipping
+-- The owner's first due run whose rate key is not out of tokens (:held, a JSON array),
+-- looking no further than its first :window due runs: a rate-limited run keeps its
+-- place while runs of other keys behind it go by.
+SELECT seq, stamp, available_at, rate_key, rate_per_second, rate_burst, owner_concurrency
+FROM (
+    SELECT seq, stamp, available_at, rate_key, rate_per_second, rate_burst, owner_concurrency
+    FROM runs
+    WHERE workflow = :workflow AND owner = :owner AND status = 'queued'
+      AND available_at <= :now
+    ORDER BY available_at, seq
+    LIMIT :window
+)
+WHERE rate_key IS NULL OR rate_key NOT IN (SELECT value FROM json_each(:held))
+ORDER BY available_at, seq
+LIMIT 1;
+
 -- name: owner_queues
 -- next_due_at: per owner with queued runs, its first due run (only if rate-limited:
 -- that one waits for a token) and its first run that is not due yet.

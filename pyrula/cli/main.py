@@ -1,8 +1,9 @@
 """The ``pyrula`` command group (entry point ``pyrula = "pyrula.cli.main:main"``).
 
 Exit codes: 0 success (and a worker's clean stop), 1 a command that could not be carried
-out (no such run, a run in the wrong state, the store unreachable, a second stop signal),
-2 usage errors (bad flags or option values, a workflow module that does not import).
+out (no such run or schedule, a run in the wrong state, a schedule id already taken, the
+store unreachable, a second stop signal), 2 usage errors (bad flags or option values such
+as a malformed cron expression or JSON, a workflow module that does not import).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from pyrula.cli.runs import runs_group
+from pyrula.cli.schedules import schedules_group
 from pyrula.cli.worker import worker_command
 
 
@@ -25,11 +27,12 @@ def _version() -> str:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="pyrula")
 def cli() -> None:
-    """pyrula: durable workflows. Run workers and look after runs."""
+    """pyrula: durable workflows. Run workers, look after runs, manage schedules."""
 
 
 cli.add_command(worker_command)
 cli.add_command(runs_group)
+cli.add_command(schedules_group)
 
 
 def main() -> None:

@@ -139,8 +139,14 @@ def run_dict(run: RunRecord, now: float) -> dict[str, Any]:
     }
 
 
+def _has_value(entry: JournalEntry) -> bool:
+    """Whether the entry's value is a value rather than an error. A ``backoff`` entry
+    (a failed attempt waiting on a timer) is not ok, yet holds ``{attempt, wake_at}``."""
+    return entry.ok or entry.kind == "backoff"
+
+
 def entry_dict(entry: JournalEntry) -> dict[str, Any]:
-    """A journal entry; ``value`` when ok, ``error`` when not."""
+    """A journal entry; ``value`` when ok (or a backoff), ``error`` when not."""
     return {
         "position": entry.position,
         "kind": entry.kind,
@@ -148,8 +154,8 @@ def entry_dict(entry: JournalEntry) -> dict[str, Any]:
         "ok": entry.ok,
         "attempts": entry.attempts,
         "recorded_at": iso(entry.recorded_at, precise=True) if entry.recorded_at else None,
-        "value": _payload(entry.value) if entry.ok else None,
-        "error": None if entry.ok else _error(entry.value),
+        "value": _payload(entry.value) if _has_value(entry) else None,
+        "error": None if _has_value(entry) else _error(entry.value),
     }
 
 
@@ -208,7 +214,7 @@ def journal_table(journal: Sequence[JournalEntry]) -> str:
             "yes" if entry.ok else "no",
             str(entry.attempts),
             (iso(entry.recorded_at) or "-") if entry.recorded_at else "-",
-            clip(entry.value if entry.ok else _error_line(entry.value)),
+            clip(entry.value if _has_value(entry) else _error_line(entry.value)),
         )
         for entry in journal
     ]

@@ -1,16 +1,17 @@
-"""``pyrula runs list|show|retry|cancel``: look at runs and act on them in a store."""
+"""``pyrula runs list|show|retry|cancel|signal``: look at runs and act on them in a store."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
 
 from pyrula.cli import render
-from pyrula.cli.render import CliError
-from pyrula.workflows import PyrulaError, RunNotFound, RunStatus, Store, open_store
+from pyrula.cli.render import CliError, CliUsageError
+from pyrula.workflows import PyrulaError, RunHandle, RunNotFound, RunStatus, Store, open_store
 from pyrula.workflows.records import JournalEntry, RunRecord
 from pyrula.workflows.stores import DEFAULT_STORE_URL
 
@@ -61,7 +62,7 @@ async def _get(store: Store, run_id: str) -> RunRecord:
 
 @click.group("runs")
 def runs_group() -> None:
-    """Look at runs and retry or cancel them."""
+    """Look at runs; retry, cancel or signal them."""
 
 
 @runs_group.command("list")
@@ -165,3 +166,46 @@ def cancel_command(run_id: str, terminate: bool, store_url: str | None, as_json:
         render.echo_json({"run": render.run_dict(run, now)})
     else:
         click.echo(render.change_line("cancel", run))
+
+
+@runs_group.command("signal")
+@click.argument("run_id")
+@click.argument("name")
+@click.option(
+    "--payload", metavar="JSON", help="The signal's payload, any JSON value [default: null]."
+)
+@store_option
+@json_option
+def signal_command(
+    run_id: str, name: str, payload: str | None, store_url: str | None, as_json: bool
+) -> None:
+    """Send signal NAME to a run, for its ctx.wait_for_signal(NAME).
+
+    A run already waiting for NAME is queued at once; otherwise the signal is kept until
+    the run waits for it. Each signal is received once.
+    """
+    value = None
+    if payload is not None:
+        try:
+            value = json.loads(payload, parse_constant=_refuse_constant)
+        except ValueError as exc:
+            raise CliUsageError(
+                f"--payload is not valid JSON ({exc}): {render.clip(payload)}"
+            ) from None
+
+    async def act(store: Store) -> tuple[RunRecord, float]:
+        run = await _get(store, run_id)
+        await RunHandle(store, run.workflow, run_id).signal(name, value)
+        return await _get(store, run_id), await store.now()
+
+    run, now = with_store(store_url, act)
+    if as_json:
+        render.echo_json({"signal": name, "run": render.run_dict(run, now)})
+    else:
+        click.echo(
+            f"signal {name!r} sent to run {run.run_id} ({run.workflow}), now {run.status.value}"
+        )
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")

@@ -17,6 +17,7 @@ from pyrula.workflows.errors import (
     IdempotencyConflict,
     InvalidParams,
     InvalidRunState,
+    InvalidSchedule,
     LeaseLost,
     NondeterminismError,
     NotJSONSerializable,
@@ -27,7 +28,12 @@ from pyrula.workflows.errors import (
     ResultTimeout,
     RunCancelled,
     RunDeadLettered,
+    RunExpired,
     RunNotFound,
+    ScheduleError,
+    ScheduleExists,
+    ScheduleNotFound,
+    SignalTimeout,
     StepError,
     StepTimeout,
     StoreError,
@@ -37,9 +43,11 @@ from pyrula.workflows.errors import (
     WorkflowError,
 )
 from pyrula.workflows.options import WorkerOptions
+from pyrula.workflows.rate import Rate
 from pyrula.workflows.records import RunRecord, RunStatus
 from pyrula.workflows.registry import WorkflowDefinition
 from pyrula.workflows.retry import RetryPolicy
+from pyrula.workflows.schedules import Schedule
 from pyrula.workflows.stores import open_store
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
@@ -54,6 +62,7 @@ __all__ = [
     "InlineWorkflowRunner",
     "InvalidParams",
     "InvalidRunState",
+    "InvalidSchedule",
     "LeaseLost",
     "MemoryStore",
     "NondeterminismError",
@@ -62,14 +71,21 @@ __all__ = [
     "PayloadTooLarge",
     "Poison",
     "PyrulaError",
+    "Rate",
     "ResultTimeout",
     "RetryPolicy",
     "RunCancelled",
     "RunDeadLettered",
+    "RunExpired",
     "RunHandle",
     "RunNotFound",
     "RunRecord",
     "RunStatus",
+    "Schedule",
+    "ScheduleError",
+    "ScheduleExists",
+    "ScheduleNotFound",
+    "SignalTimeout",
     "SqliteStore",
     "Step",
     "StepContext",

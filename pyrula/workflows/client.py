@@ -38,7 +38,7 @@ def epoch(value: datetime | float) -> float:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidParams(
-                f"start_at={value!r} has no timezone; pass an aware datetime "
+                f"{value!r} has no timezone; pass an aware datetime "
                 "(e.g. datetime.now(timezone.utc) + ...)"
             )
         return value.timestamp()
@@ -89,6 +89,10 @@ class RunHandle:
             raise InvalidParams("a signal name must be a non-empty string")
         text = encode(payload, what=f"payload of signal {name!r}")
         await self._store.send_signal(self.run_id, name, text)
+
+    async def forget(self) -> bool:
+        """Delete the ended run and its journal from the store (False if already gone)."""
+        return await self._store.delete_run(self.run_id)
 
     async def cancel(self) -> RunRecord:
         """Ask the run to stop at its next step boundary (a queued run stops at once)."""
@@ -154,8 +158,14 @@ class WorkflowClient:
         delay: Delay | None = None,
         start_at: datetime | float | None = None,
         idempotency_key: str | None = None,
+        run_id: str | None = None,
+        expires_at: datetime | float | None = None,
     ) -> RunHandle:
         """Queue a run of ``workflow`` with ``params``; return its handle.
+
+        ``run_id`` chooses the run's id (default: a random one); a taken id raises
+        InvalidRunState unless the same ``idempotency_key`` maps to it. A run still queued
+        at ``expires_at`` is never started (it ends cancelled with ``RunExpired``).
 
         ``delay`` (seconds or timedelta) or ``start_at`` (aware datetime) hold the run back.
         A repeated ``idempotency_key`` returns the first run; the same key with other
@@ -178,8 +188,10 @@ class WorkflowClient:
             raise InvalidParams("idempotency_key must be a non-empty string")
         if owner is not None and not isinstance(owner, str):
             raise InvalidParams(f"owner must be a string, got {owner!r}")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
+            raise InvalidParams(f"run_id must be a non-empty string, got {run_id!r}")
         new = NewRun(
-            run_id=uuid.uuid4().hex,
+            run_id=run_id or uuid.uuid4().hex,
             workflow=name,
             params=text,
             owner=owner if owner is not None else DEFAULT_OWNER,
@@ -187,6 +199,7 @@ class WorkflowClient:
             delay=0.0 if delay is None else seconds(delay, "delay"),
             start_at=None if start_at is None else epoch(start_at),
             flow=NO_FLOW if definition is None else flow_for(definition, params),
+            expires_at=None if expires_at is None else epoch(expires_at),
         )
         record, _ = await self.store.create_run(new)
         return RunHandle(self.store, record.workflow, record.run_id)

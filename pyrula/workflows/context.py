@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.engine import operations as ops
-from pyrula.workflows.errors import InvalidParams
+from pyrula.workflows.errors import InvalidParams, WorkflowError
 from pyrula.workflows.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -43,6 +43,20 @@ class StepContext:
     token: int = 0
     """The run's fencing token: larger on every claim. Pass it to external systems that
     can refuse writes from an older claimant."""
+    reporter: Callable[[str, Any], None] | None = field(default=None, repr=False, compare=False)
+
+    def set_progress(self, state: str, info: Any = None) -> None:
+        """Publish a custom state (e.g. ``"PROGRESS"``) and JSON ``info`` on the run's
+        record, visible to every reader (``RunRecord.progress_state/progress_info``).
+
+        From a sync step (a worker thread) it returns once written; from an async step it
+        is written in the background, in order.
+        """
+        if not isinstance(state, str) or not state:
+            raise InvalidParams("a progress state must be a non-empty string")
+        if self.reporter is None:
+            raise WorkflowError("this StepContext is not attached to a running step")
+        self.reporter(state, info)
 
 
 class WorkflowContext:

@@ -26,6 +26,7 @@
     ├── StepTimeout                 an async step overran its timeout (also a TimeoutError)
     ├── RunCancelled                the run was cancelled or terminated
     ├── RunDeadLettered             the run kept killing its workers
+    ├── RunExpired                  the run was still queued at its expiry time
     └── ResultTimeout               ``result(timeout=)`` elapsed (also a ``TimeoutError``)
 
     StepError                       base of the classification errors raised by user code:
@@ -184,3 +185,7 @@ class SignalTimeout(PyrulaError, TimeoutError):
 
 class StepTimeout(PyrulaError, TimeoutError):
     """An async step ran longer than its ``timeout`` and was cancelled (retried per policy)."""
+
+
+class RunExpired(PyrulaError):
+    """A run was still queued at its ``expires_at``; it was cancelled, never started."""

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from pyrula.workflows.errors import IdempotencyConflict, InvalidSchedule, StoreError
 from pyrula.workflows.faults import fault_point
-from pyrula.workflows.records import NewRun, ScheduleRecord, WorkerInfo
+from pyrula.workflows.rate import flow_for
+from pyrula.workflows.records import NO_FLOW, NewRun, ScheduleRecord, WorkerInfo
 from pyrula.workflows.schedules import Schedule
 
 if TYPE_CHECKING:
@@ -143,6 +144,10 @@ async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:
         slot, following = schedule.slots_due(record.next_fire_at, now)
         if not (math.isfinite(slot) and math.isfinite(following) and following > slot):
             raise InvalidSchedule(f"slot {slot!r} would be followed by {following!r}")
+        # Limits travel with the run; a worker that does not know the workflow fires it
+        # without them (every worker that serves it does know it).
+        definition = worker.registry.find(record.workflow)
+        flow = NO_FLOW if definition is None else flow_for(definition, schedule.params)
     except Exception as exc:  # a record Schedule.create would refuse (written directly)
         log.error("schedule %s cannot compute its slots (%s); pausing it", record.schedule_id, exc)
         await store.update_schedule(record.schedule_id, enabled=False)
@@ -153,6 +158,7 @@ async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:
         params=record.params,
         owner=record.owner,
         idempotency_key=f"schedule:{record.schedule_id}:{slot:.3f}",
+        flow=flow,
     )
     try:
         created = await store.fire_schedule(

@@ -91,6 +91,10 @@ class NewRun:
     parent_run_id: str | None = None
     """Set on child runs (``ctx.run_child``): the parent is woken when the child ends."""
     flow: FlowControl = NO_FLOW
+    expires_at: float | None = None
+    """A run still queued at this time (epoch seconds) is never started: the claim that
+    finds it ends it as cancelled with a ``RunExpired`` error. Cleared by the first claim:
+    a run that started never expires."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,11 @@ class RunRecord:
     wait_child: str | None = None
     """The child run id a waiting run waits for."""
     flow: FlowControl = NO_FLOW
+    expires_at: float | None = None
+    progress_state: str | None = None
+    """A custom state the running code reported (``StepContext.set_progress``)."""
+    progress_info: str | None = None
+    """JSON text reported with ``progress_state``."""
 
     @property
     def is_terminal(self) -> bool:

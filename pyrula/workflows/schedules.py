@@ -13,6 +13,11 @@ Rules:
   a time that does not exist fires once, at the first moment after the gap.
 * An expression is checked completely at :meth:`Schedule.create`, including that it
   fires at all (``0 0 30 2 *`` never does): a bad one never reaches the store.
+* **Day of month and day of week.** As in POSIX cron, when both are restricted a day
+  matching either fires (OR). A day-of-week field written with a leading ``&``
+  (``0 9 1-7 * &mon``, or ``Schedule.create(..., day_and=True)``) requires both (AND:
+  the first Monday of the month), as Celery's ``crontab`` does. The ``&`` is part of the
+  stored expression, so every store and worker reads it the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from pyrula.workflows.registry import WorkflowDefinition
 from pyrula.workflows.serialization import decode, encode
 
 _FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
+_DAY_AND = "&"
+"""A leading ``&`` on the day-of-week field: day of month AND day of week."""
 _SLOT_SEARCH_LIMIT = 1000
 
 
@@ -63,12 +70,15 @@ class Schedule:
         timezone: str = "UTC",
         owner: str | None = None,
         enabled: bool = True,
+        day_and: bool = False,
     ) -> Schedule:
         """A schedule running ``workflow`` with ``params`` on ``cron`` or ``every``.
 
         ``cron`` has five fields (minute hour day-of-month month day-of-week), read in
-        ``timezone``. ``every`` (a timedelta or seconds) fires at fixed periods from the
-        time the schedule is stored. Keep ``schedule_id`` fixed across deploys; by
+        ``timezone``. ``day_and=True`` makes a day match only when both its day of month
+        and its day of week do (cron's default is either); it is stored as a ``&``
+        before the day-of-week field. ``every`` (a timedelta or seconds) fires at fixed
+        periods from the time the schedule is stored. Keep ``schedule_id`` fixed across deploys; by
         default it is derived from the workflow, timing and params.
         Raises :class:`InvalidSchedule` for anything that cannot work.
         """
@@ -82,6 +92,11 @@ class Schedule:
         if every is not None:
             interval = _check_every(every)
         else:
+            if day_and and isinstance(cron, str) and len(cron.split()) == 5:
+                fields = cron.split()
+                if not fields[4].startswith(_DAY_AND):
+                    fields[4] = _DAY_AND + fields[4]
+                cron = " ".join(fields)
             _check_cron(cron)
         params = dict(params or {})
         params_text = encode(params, what="schedule params")
@@ -115,7 +130,7 @@ class Schedule:
         tz = ZoneInfo(self.timezone)
         base = datetime.fromtimestamp(after, tz)
         try:
-            it = croniter(self.cron, base)
+            it = _croniter(self.cron, base)
             for _ in range(_SLOT_SEARCH_LIMIT):
                 candidate: datetime = it.get_next(datetime)
                 if candidate.timestamp() <= after:
@@ -152,7 +167,7 @@ class Schedule:
     def _slot_at_or_before(self, now: float, floor: float) -> float:
         assert self.cron is not None
         tz = ZoneInfo(self.timezone)
-        it = croniter(self.cron, datetime.fromtimestamp(now + 1e-3, tz))
+        it = _croniter(self.cron, datetime.fromtimestamp(now + 1e-3, tz))
         previous: datetime = it.get_prev(datetime)
         return max(floor, previous.timestamp())
 
@@ -183,6 +198,15 @@ class Schedule:
             owner=record.owner,
             enabled=record.enabled,
         )
+
+
+def _croniter(cron: str, base: datetime | None = None) -> Any:
+    """A croniter for ``cron``, reading a leading ``&`` on day of week as AND."""
+    fields = cron.split()
+    day_or = not (len(fields) == 5 and fields[4].startswith(_DAY_AND))
+    if not day_or:
+        fields[4] = fields[4][len(_DAY_AND) :]
+    return croniter(" ".join(fields), base, day_or=day_or)
 
 
 def _wall(moment: datetime) -> tuple[int, int, int, int, int, int]:
@@ -218,12 +242,14 @@ def _check_cron(cron: str | None) -> None:
             f"cron {cron!r} has {len(fields)} fields; expected 5 "
             "(minute hour day-of-month month day-of-week)"
         )
-    for value in fields:
+    for index, value in enumerate(fields):
+        if index == 4 and value.startswith(_DAY_AND):
+            value = value[len(_DAY_AND) :]
         if not _FIELD.match(value):
             raise InvalidSchedule(f"cron {cron!r}: field {value!r} is not valid")
         if re.search(r"/0*(?:$|[^0-9])", value):
             raise InvalidSchedule(f"cron {cron!r}: a step of 0 in {value!r} never advances")
     try:
-        croniter(cron)
+        _croniter(cron)
     except CroniterError as exc:
         raise InvalidSchedule(f"cron {cron!r} is not valid: {exc}") from None

@@ -103,6 +103,8 @@ class WorkflowClient:
         delay: Delay | None = None,
         start_at: datetime | float | None = None,
         idempotency_key: str | None = None,
+        run_id: str | None = None,
+        expires_at: datetime | float | None = None,
     ) -> SyncRunHandle:
         """Queue a run; see the async client's ``submit``."""
         handle = self._call(
@@ -113,6 +115,8 @@ class WorkflowClient:
                 delay=delay,
                 start_at=start_at,
                 idempotency_key=idempotency_key,
+                run_id=run_id,
+                expires_at=expires_at,
             )
         )
         return SyncRunHandle(self, handle)
@@ -165,6 +169,9 @@ class SyncRunHandle:
     def signal(self, name: str, payload: Any = None) -> None:
         """Send a signal to the run; see the async handle's ``signal``."""
         self._client._call(self._handle.signal(name, payload))
+
+    def forget(self) -> bool:
+        return self._client._call(self._handle.forget())
 
     def cancel(self) -> RunRecord:
         return self._client._call(self._handle.cancel())

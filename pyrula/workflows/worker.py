@@ -101,6 +101,11 @@ class WorkflowWorker:
         return self._explicit if self._explicit is not None else self._registry.all()
 
     @property
+    def registry(self) -> Registry:
+        """Where this worker looks up workflow definitions."""
+        return self._registry
+
+    @property
     def running(self) -> int:
         """Runs executing on this worker now."""
         return len(self.active_runs)
@@ -159,6 +164,15 @@ class WorkflowWorker:
             asyncio.create_task(loops.timer_loop(self, names), name="pyrula-timers"),
             asyncio.create_task(loops.schedule_loop(self), name="pyrula-schedules"),
         ]
+        lease_loop = getattr(self.store, "shard_lease_loop", None)  # sharded stores only
+        shard_leases = (
+            None
+            if lease_loop is None
+            else asyncio.create_task(
+                lease_loop(self.worker_id, self.options.shard_lease_interval),
+                name="pyrula-shard-leases",
+            )
+        )
         try:
             await self._stop_event.wait()
         finally:
@@ -171,6 +185,9 @@ class WorkflowWorker:
             for task in stuck:
                 task.cancel()
             await asyncio.gather(*claimers, return_exceptions=True)
+            if shard_leases is not None:  # cancelled, the loop releases this worker's shards
+                shard_leases.cancel()
+                await asyncio.gather(shard_leases, return_exceptions=True)
             await self._drain()
             for task in housekeeping:
                 task.cancel()

@@ -32,6 +32,7 @@ def new_run(
     start_at: float | None = None,
     parent_run_id: str | None = None,
     flow: FlowControl = NO_FLOW,
+    expires_at: float | None = None,
 ) -> NewRun:
     return NewRun(
         run_id=run_id or uuid.uuid4().hex,
@@ -43,6 +44,7 @@ def new_run(
         start_at=start_at,
         parent_run_id=parent_run_id,
         flow=flow,
+        expires_at=expires_at,
     )
 
 
@@ -77,6 +79,7 @@ async def create(
     params: str = PARAMS,
     flow: FlowControl = NO_FLOW,
     run_id: str | None = None,
+    expires_at: float | None = None,
 ) -> str:
     run, created = await store.create_run(
         new_run(
@@ -87,6 +90,7 @@ async def create(
             start_at=start_at,
             flow=flow,
             run_id=run_id,
+            expires_at=expires_at,
         )
     )
     assert created

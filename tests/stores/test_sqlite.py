@@ -158,6 +158,7 @@ async def test_a_version_1_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     run = await store.get_run("old-a")
     assert run is not None and run.parent_run_id is None and run.wake_at is None
     assert run.flow.is_empty and run.owner == "acme"
+    assert run.expires_at is None and run.progress_state is None and run.progress_info is None
     # The owners of existing runs were recorded, so claims find them, fairly.
     leases = await store.claim_runs("w", ["wf"], 10, 30)
     assert [lease.run_id for lease in leases] == ["old-a", "old-c", "old-b"]
@@ -167,6 +168,37 @@ async def test_a_version_1_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
     assert version == (SCHEMA_VERSION,)
+
+
+async def test_a_version_2_file_is_migrated(sqlite_path: Path, clock: FakeClock) -> None:
+    store = SqliteStore(sqlite_path, clock=clock)
+    lease = await running(store, run_id="old-running")
+    await create(store, run_id="old-queued")
+    await store.close()
+    # Back to version 2: the runs table without the columns of expiry and progress.
+    conn = raw(sqlite_path)
+    for column in ("expires_at", "progress_state", "progress_info"):
+        conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    conn.close()
+    store = SqliteStore(sqlite_path, clock=clock)
+    await store.open()
+    old = await store.get_run("old-running")
+    assert old is not None and old.status is RunStatus.RUNNING and old.expires_at is None
+    assert (old.progress_state, old.progress_info) == (None, None)
+    await store.set_progress("old-running", lease.token, "resumed", "1")
+    assert await store.finish_run("old-running", lease.token, COMPLETED)
+    assert await store.delete_run("old-running") is True
+    await create(store, run_id="new", expires_at=clock() + 1)
+    clock.advance(1)
+    assert [lease.run_id for lease in await store.claim_runs("w", ["wf"], 10, 30)] == ["old-queued"]
+    expired = await store.get_run("new")
+    assert expired is not None and expired.status is RunStatus.CANCELLED
+    await store.close()
+    conn = raw(sqlite_path)
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    conn.close()
+    assert version == (SCHEMA_VERSION,) == ("3",)
 
 
 async def test_a_held_back_claim_writes_nothing(sqlite_store: SqliteStore) -> None:
@@ -222,6 +254,8 @@ QUERY_INDEXES = {
     "due_timers": "runs_timers",
     "first_signal": "signals_pending",
     "children": "runs_children",
+    "delete_signals": "signals_pending",
+    "drop_owner_if_idle": "runs_owner_queue",
     "due_schedules": "schedules_due",
     "next_schedule_at": "schedules_due",
 }

@@ -101,6 +101,7 @@ async def run_step(
                 attempt=attempt,
                 max_attempts=policy.max_attempts,
                 token=execution.token,
+                reporter=_progress_reporter(execution),
             )
             call_args = (step_ctx, *args)
         ok, value = await _call(execution, name, fn, call_args, kwargs, timeout)
@@ -195,3 +196,34 @@ async def _call(
             timeout,
         )
     return ok, value
+
+
+PROGRESS_WRITE_TIMEOUT = 30.0
+
+
+def _progress_reporter(execution: RunExecution) -> Callable[[str, Any], None]:
+    """A thread-safe ``set_progress`` for this run's steps."""
+    loop = asyncio.get_running_loop()
+
+    def report(state: str, info: Any) -> None:
+        text = encode(info, what=f"info of progress {state!r}", max_bytes=execution.max_payload)
+
+        async def write() -> None:
+            await execution.store.set_progress(execution.run_id, execution.token, state, text)
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            task = loop.create_task(write())
+            task.add_done_callback(_log_progress_failure)
+        else:
+            asyncio.run_coroutine_threadsafe(write(), loop).result(PROGRESS_WRITE_TIMEOUT)
+
+    return report
+
+
+def _log_progress_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("progress update failed: %s", task.exception())

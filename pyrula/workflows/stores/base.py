@@ -97,6 +97,12 @@ class Store(Protocol):
         Raises :class:`~pyrula.workflows.errors.RunNotFound`. Must not busy-poll.
         """
 
+    async def delete_run(self, run_id: str) -> bool:
+        """Forget a terminal run: its record, journal, signals and idempotency key.
+
+        False when there is no such run; a run that has not ended: InvalidRunState.
+        """
+
     async def cancel_run(self, run_id: str) -> RunRecord:
         """Cancel: a queued, sleeping or waiting run becomes ``cancelled`` at once; a
         running run gets ``cancel_requested`` and its worker stops at the next step
@@ -139,7 +145,10 @@ class Store(Protocol):
         owner, FIFO by ``(available_at, submission)``; a run whose rate key is out of
         tokens keeps its place while runs of other keys behind it go by (looking at most
         ``RATE_SKIP_WINDOW`` runs ahead, see ``stores/flow.py``); an owner at its
-        ``owner_concurrency`` cap is skipped for this claim.
+        ``owner_concurrency`` cap is skipped for this claim. A queued run whose
+        ``expires_at`` has passed is not claimed: it ends ``cancelled`` with a
+        ``RunExpired`` error (see ``rules.expired_error``), waking its waiters. A claim
+        clears ``expires_at``: a run that started never expires.
 
         Each claimed run becomes ``running`` with a new larger ``lease_token``, the lease
         expiring ``lease_ttl`` seconds from now, ``claims`` incremented and
@@ -191,6 +200,10 @@ class Store(Protocol):
     async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
         """Hand a running run back to the queue (graceful stop, or a later retry),
         fenced. It becomes claimable at ``available_at`` (default: now)."""
+
+    async def set_progress(self, run_id: str, token: int, state: str, info: str) -> None:
+        """Record a running run's custom state and its JSON ``info``; fenced. Visible to
+        every reader at once; kept after the run ends."""
 
     async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
         """Release a running run until what ``wait`` names happens; fenced.

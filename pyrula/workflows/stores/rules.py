@@ -48,3 +48,17 @@ def dead_letter_error(run: RunRecord, max_recoveries: int) -> str:
         ),
         traceback="",
     ).to_json()
+
+
+def expired_error(run: RunRecord) -> str:
+    """The stored error of a run that was still queued when it expired."""
+    return ErrorInfo(
+        type_module="pyrula.workflows.errors",
+        type_name="RunExpired",
+        message=f"run {run.run_id!r} expired before a worker started it",
+        traceback="",
+    ).to_json()
+
+
+def is_expired(run: RunRecord, now: float) -> bool:
+    return run.expires_at is not None and run.expires_at <= now

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pyrula.workflows.records import Lease, RunRecord, RunStatus
 from pyrula.workflows.stores.flow import RATE_SKIP_WINDOW, next_token_at, owner_turn, refill, take
 from pyrula.workflows.stores.memory.state import MemoryState
+from pyrula.workflows.stores.rules import expired_error, is_expired
 
 
 def _queues(state: MemoryState, workflow: str, now: float) -> dict[str, list[RunRecord]]:
@@ -82,11 +83,12 @@ def claim(
                 ),
             )
             run = queues[owner][heads[owner]]
-            reason = _held_back(state, run, now)
+            expired = is_expired(run, now)
+            reason = None if expired else _held_back(state, run, now)
+            if reason == _CAP:
+                del heads[owner]  # the owner's cap holds all its runs
+                continue
             if reason is not None:
-                if reason == _CAP:
-                    del heads[owner]  # the owner's cap holds all its runs
-                    continue
                 held[owner].add(reason)
             else:
                 queues[owner].pop(heads[owner])
@@ -95,7 +97,9 @@ def claim(
                 del heads[owner]
             else:
                 heads[owner] = index
-            if reason is not None:
+            if expired:
+                state.end(run, RunStatus.CANCELLED, error=expired_error(run))
+            if expired or reason is not None:
                 continue
             counter = state.claim_counter.get(workflow, 0) + 1
             state.claim_counter[workflow] = counter
@@ -111,6 +115,7 @@ def claim(
                     claims=run.claims + 1,
                     updated_at=now,
                     started_at=run.started_at if run.started_at is not None else now,
+                    expires_at=None,  # expiry applies only to a run that never started
                 )
             )
             leases.append(Lease(run=claimed, token=token, expires_at=now + lease_ttl))

@@ -93,6 +93,7 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
             updated_at=now,
             parent_run_id=new.parent_run_id,
             flow=new.flow,
+            expires_at=new.expires_at,
         )
         s.seq += 1
         s.order[new.run_id] = s.seq
@@ -148,6 +149,25 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
                 notifier.unregister(key, fut)
                 return run
             await notifier.wait(fut, key, remaining)
+
+    async def delete_run(self, run_id: str) -> bool:
+        s = self._s
+        with s.lock:
+            run = s.runs.get(run_id)
+            if run is None:
+                return False
+            if not run.is_terminal:
+                raise InvalidRunState(
+                    f"run {run_id!r} is {run.status.value}; only a run that ended can be deleted"
+                )
+            del s.runs[run_id]
+            for table in (s.order, s.stamps, s.journals, s.signals):
+                table.pop(run_id, None)
+            if run.idempotency_key is not None:
+                s.keys.pop(run.idempotency_key, None)
+            if run.parent_run_id is not None:
+                s.children.get(run.parent_run_id, set()).discard(run_id)
+            return True
 
     async def cancel_run(self, run_id: str) -> RunRecord:
         s = self._s
@@ -221,7 +241,9 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         if limit <= 0:
             return []
         with self._s.lock:
-            return claims.claim(self._s, worker_id, workflows, limit, lease_ttl)
+            leases = claims.claim(self._s, worker_id, workflows, limit, lease_ttl)
+        self._s.flush()  # expired runs it ended wake their waiters
+        return leases
 
     async def next_due_at(self, workflows: Sequence[str]) -> float | None:
         with self._s.lock:
@@ -285,6 +307,12 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
             run = s.fenced(run_id, token)
             s.enqueue(run, self._clock() if available_at is None else available_at)
         s.flush()
+
+    async def set_progress(self, run_id: str, token: int, state: str, info: str) -> None:
+        s = self._s
+        with s.lock:
+            run = s.fenced(run_id, token)
+            s.save(replace(run, progress_state=state, progress_info=info, updated_at=self._clock()))
 
     async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
         s = self._s

@@ -24,6 +24,7 @@ from pyrula.workflows.stores.flow import (
     refill,
     take,
 )
+from pyrula.workflows.stores.rules import expired_error
 from pyrula.workflows.stores.sqlite.sql import to_run
 from pyrula.workflows.stores.sqlite.tx import Tx
 
@@ -68,17 +69,17 @@ def _claim_workflow(
     while owners and len(leases) < limit:
         name = min(owners, key=lambda o: (owners[o].turn(), o))
         owner = owners[name]
+        if _expired(owner.head, tx.now):
+            _expire(tx, owner.head["run_id"])
+            _advance(tx, workflow, name, owners)
+            continue
         held = _held_back(tx, workflow, name, owner.head)
         if held is not None:
             if held is _CAP:
                 del owners[name]  # the owner's cap holds all its runs
                 continue
             owner.held.add(held)
-            head = _next_head(tx, workflow, name, owner.held)
-            if head is None:
-                del owners[name]
-            else:
-                owner.head = head
+            _advance(tx, workflow, name, owners)
             continue
         counter += 1
         owner.last_served = served[name] = counter
@@ -92,16 +93,35 @@ def _claim_workflow(
         assert row is not None
         run = to_run(row)
         leases.append(Lease(run, run.lease_token, tx.now + lease_ttl))
-        head = _next_head(tx, workflow, name, owner.held)
-        if head is None:
-            del owners[name]
-        else:
-            owner.head = head
+        _advance(tx, workflow, name, owners)
     if served:
         tx.run("set_claim_counter", workflow=workflow, counter=counter)
         for name, last in served.items():
             tx.run("set_last_served", workflow=workflow, owner=name, last_served=last)
     return leases
+
+
+def _advance(tx: Tx, workflow: str, name: str, owners: dict[str, _Owner]) -> None:
+    """Move the owner to its next candidate head run, or out of this claim if none."""
+    owner = owners[name]
+    head = _next_head(tx, workflow, name, owner.held)
+    if head is None:
+        del owners[name]
+    else:
+        owner.head = head
+
+
+def _expired(head: sqlite3.Row, now: float) -> bool:
+    """``rules.is_expired`` on a head row."""
+    expires_at: float | None = head["expires_at"]
+    return expires_at is not None and expires_at <= now
+
+
+def _expire(tx: Tx, run_id: str) -> None:
+    """End a queued run found past its expiry: cancelled with a RunExpired error, its
+    waiters (and a parent waiting for it) woken. It takes no rate token, no turn."""
+    run = tx.require(run_id)
+    tx.end("expire_run", run, error=expired_error(run))
 
 
 def _at_cap(tx: Tx, workflow: str, owner: str, cap: int | None) -> bool:

@@ -26,6 +26,10 @@ PRAGMA journal_mode = WAL;
 -- name: set_synchronous
 PRAGMA synchronous = NORMAL;
 
+-- name: owners_of_runs
+-- Migrating a version 1 file: record the owners of its runs, so claims find them.
+INSERT OR IGNORE INTO owners (workflow, owner) SELECT workflow, owner FROM runs;
+
 -- name: begin_immediate
 -- Every write is one of these: it takes the write lock first (waiting up to the busy
 -- timeout), so a read-check-write inside it is atomic across processes.
@@ -42,18 +46,36 @@ SELECT * FROM runs WHERE idempotency_key = :key;
 INSERT INTO runs (
     run_id, workflow, params, status, owner, idempotency_key,
     created_at, available_at, updated_at, parent_run_id,
-    rate_key, rate_per_second, rate_burst, owner_concurrency, stamp
+    rate_key, rate_per_second, rate_burst, owner_concurrency, stamp, expires_at
 ) VALUES (
     :run_id, :workflow, :params, 'queued', :owner, :idempotency_key,
     :now, :available_at, :now, :parent_run_id,
     :rate_key, :rate_per_second, :rate_burst, :owner_concurrency,
-    COALESCE((SELECT counter FROM claim_counters WHERE workflow = :workflow), 0)
+    COALESCE((SELECT counter FROM claim_counters WHERE workflow = :workflow), 0),
+    :expires_at
 )
 ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: add_owner
 INSERT INTO owners (workflow, owner) VALUES (:workflow, :owner) ON CONFLICT DO NOTHING;
+
+-- name: drop_owner_if_idle
+-- After a delete: an owner left with no run of the workflow leaves the claim probes.
+-- Its last_served goes too, which changes no turn: its next run is stamped now, and a
+-- stamp is never below a last_served.
+DELETE FROM owners
+WHERE workflow = :workflow AND owner = :owner
+  AND NOT EXISTS (SELECT 1 FROM runs WHERE workflow = :workflow AND owner = :owner);
+
+-- name: delete_run
+DELETE FROM runs WHERE run_id = :run_id;
+
+-- name: delete_journal
+DELETE FROM journal WHERE run_id = :run_id;
+
+-- name: delete_signals
+DELETE FROM signals WHERE run_id = :run_id;
 
 -- name: list_runs
 SELECT * FROM runs
@@ -74,6 +96,7 @@ LIMIT 1;
 -- name: due_heads
 -- Claims: each owner's first due queued run, one index probe per owner.
 SELECT o.owner AS owner, o.last_served AS last_served, r.seq AS seq, r.stamp AS stamp,
+       r.run_id AS run_id, r.expires_at AS expires_at,
        r.available_at AS available_at, r.rate_key AS rate_key,
        r.rate_per_second AS rate_per_second, r.rate_burst AS rate_burst,
        r.owner_concurrency AS owner_concurrency
@@ -89,7 +112,8 @@ WHERE o.workflow = :workflow;
 
 -- name: due_head
 -- The next due queued run of one owner, after a claim took its head.
-SELECT seq, stamp, available_at, rate_key, rate_per_second, rate_burst, owner_concurrency
+SELECT seq, stamp, run_id, expires_at, available_at, rate_key, rate_per_second,
+       rate_burst, owner_concurrency
 FROM runs
 WHERE workflow = :workflow AND owner = :owner AND status = 'queued'
   AND available_at <= :now
@@ -100,9 +124,11 @@ LIMIT 1;
 -- The owner's first due run whose rate key is not out of tokens (:held, a JSON array),
 -- looking no further than its first :window due runs: a rate-limited run keeps its
 -- place while runs of other keys behind it go by.
-SELECT seq, stamp, available_at, rate_key, rate_per_second, rate_burst, owner_concurrency
+SELECT seq, stamp, run_id, expires_at, available_at, rate_key, rate_per_second,
+       rate_burst, owner_concurrency
 FROM (
-    SELECT seq, stamp, available_at, rate_key, rate_per_second, rate_burst, owner_concurrency
+    SELECT seq, stamp, run_id, expires_at, available_at, rate_key, rate_per_second,
+           rate_burst, owner_concurrency
     FROM runs
     WHERE workflow = :workflow AND owner = :owner AND status = 'queued'
       AND available_at <= :now
@@ -175,8 +201,17 @@ UPDATE runs SET
     lease_expires_at = :expires_at,
     claims = claims + 1,
     updated_at = :now,
-    started_at = COALESCE(started_at, :now)
+    started_at = COALESCE(started_at, :now),
+    expires_at = NULL  -- expiry applies only to a run that never started
 WHERE seq = :seq
+RETURNING *;
+
+-- name: expire_run
+-- A queued run a claim found past its expires_at: cancelled, never started.
+UPDATE runs SET
+    status = 'cancelled', error = :error, finished_at = :now, updated_at = :now,
+    lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL
+WHERE run_id = :run_id AND status = 'queued'
 RETURNING *;
 
 -- name: lease_state
@@ -272,6 +307,11 @@ SELECT * FROM runs
 WHERE status = 'running' AND lease_expires_at <= :now
 ORDER BY seq
 LIMIT :limit;
+
+-- name: set_progress
+-- Fenced in the WHERE clause: no change means the lease is gone.
+UPDATE runs SET progress_state = :state, progress_info = :info, updated_at = :now
+WHERE run_id = :run_id AND status = 'running' AND lease_token = :token;
 
 -- name: suspend_run
 UPDATE runs SET

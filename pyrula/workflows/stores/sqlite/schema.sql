@@ -36,7 +36,10 @@ CREATE TABLE IF NOT EXISTS runs (
     rate_per_second   REAL,
     rate_burst        REAL    NOT NULL DEFAULT 1.0,
     owner_concurrency INTEGER,
-    stamp             INTEGER NOT NULL DEFAULT 0   -- claim counter when last queued (fairness)
+    stamp             INTEGER NOT NULL DEFAULT 0,  -- claim counter when last queued (fairness)
+    expires_at        REAL,                        -- still queued then: cancelled, never run
+    progress_state    TEXT,                        -- set_progress, kept after the run ends
+    progress_info     TEXT                         -- JSON text, kept byte for byte
 );
 
 -- has_work: one range scan per workflow, already in (available_at, seq) order.

@@ -23,7 +23,7 @@ from pyrula.workflows.records import (
     WorkerInfo,
 )
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
 
@@ -128,8 +128,8 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     run(conn, "begin_immediate")
     try:
         found = scalar(conn, "meta_get", key="schema_version") if one(conn, "has_meta") else None
-        if found == "1":
-            _migrate_from_1(conn)
+        if found in _MIGRATIONS:
+            _migrate(conn, found)
             found = None
         if found is None or found == SCHEMA_VERSION:  # an unknown version is left alone
             for statement in SCHEMA:
@@ -159,16 +159,30 @@ _V2_RUN_COLUMNS = (
     "owner_concurrency INTEGER",
     "stamp INTEGER NOT NULL DEFAULT 0",
 )
+"""Version 2: durable time, child runs and flow control."""
+_V3_RUN_COLUMNS = (
+    "expires_at REAL",
+    "progress_state TEXT",
+    "progress_info TEXT",
+)
+"""Version 3: run expiry and progress reports."""
+_MIGRATIONS: dict[str, tuple[str, ...]] = {
+    "1": _V2_RUN_COLUMNS + _V3_RUN_COLUMNS,
+    "2": _V3_RUN_COLUMNS,
+}
+"""The run columns a file of each older version lacks."""
 
 
-def _migrate_from_1(conn: sqlite3.Connection) -> None:
-    """Version 1 to 2 (inside the open transaction): the run columns of durable time,
-    child runs and flow control; the owners of existing runs. SCHEMA adds the rest."""
-    for column in _V2_RUN_COLUMNS:
+def _migrate(conn: sqlite3.Connection, found: str) -> None:
+    """Bring a file of version ``found`` to SCHEMA_VERSION, inside the open transaction:
+    add the run columns it lacks, then SCHEMA adds the missing tables and indexes (a
+    version 1 file also gets the owners of its existing runs)."""
+    for column in _MIGRATIONS[found]:
         conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
     for statement in SCHEMA:
         conn.execute(statement)
-    conn.execute("INSERT OR IGNORE INTO owners (workflow, owner) SELECT workflow, owner FROM runs")
+    if found == "1":
+        run(conn, "owners_of_runs")
 
 
 def is_busy(exc: sqlite3.Error) -> bool:
@@ -223,6 +237,9 @@ def to_run(row: sqlite3.Row) -> RunRecord:
         wait_signal=row["wait_signal"],
         wait_child=row["wait_child"],
         flow=to_flow(row),
+        expires_at=row["expires_at"],
+        progress_state=row["progress_state"],
+        progress_info=row["progress_info"],
     )
 
 

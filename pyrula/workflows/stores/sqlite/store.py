@@ -151,6 +151,23 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             finally:
                 self._db.notifier.unregister(key, fut)
 
+    async def delete_run(self, run_id: str) -> bool:
+        def tx(t: Tx) -> bool:
+            row = t.one("get_run", run_id=run_id)
+            if row is None:
+                return False
+            run = to_run(row)
+            if not run.is_terminal:
+                raise InvalidRunState(
+                    f"run {run_id!r} is {run.status.value}; only a run that ended can be deleted"
+                )
+            for statement in ("delete_journal", "delete_signals", "delete_run"):
+                t.run(statement, run_id=run_id)
+            t.run("drop_owner_if_idle", workflow=run.workflow, owner=run.owner)
+            return True
+
+        return await self._write(tx)
+
     async def cancel_run(self, run_id: str) -> RunRecord:
         def tx(t: Tx) -> RunRecord:
             run = t.require_live(run_id)
@@ -305,6 +322,14 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             if row is None:
                 raise t.lease_lost(run_id, token)
             t.note(work_key(row["workflow"]))
+
+        await self._write(tx)
+
+    async def set_progress(self, run_id: str, token: int, state: str, info: str) -> None:
+        def tx(t: Tx) -> None:
+            params = {"state": state, "info": info, "now": t.now}
+            if not t.run("set_progress", run_id=run_id, token=token, **params):
+                raise t.lease_lost(run_id, token)
 
         await self._write(tx)
 

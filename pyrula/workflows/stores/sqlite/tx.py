@@ -96,6 +96,7 @@ class Tx:
             rate_per_second=flow.rate_per_second,
             rate_burst=flow.rate_burst,
             owner_concurrency=flow.owner_concurrency,
+            expires_at=new.expires_at,
         )
         if row is not None:
             self.run("add_owner", workflow=new.workflow, owner=new.owner)

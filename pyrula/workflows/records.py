@@ -142,6 +142,8 @@ class RunRecord:
     """A custom state the running code reported (``StepContext.set_progress``)."""
     progress_info: str | None = None
     """JSON text reported with ``progress_state``."""
+    failed_position: int | None = None
+    """See :class:`Outcome`; kept until the run is retried."""
 
     @property
     def is_terminal(self) -> bool:
@@ -192,6 +194,9 @@ class Outcome:
     status: RunStatus
     result: str | None = None
     error: str | None = None
+    failed_position: int | None = None
+    """For ``failed``: the journal position of the step whose error failed the run, when
+    the engine knows it; ``retry_run`` clears that step so it runs again."""
 
 
 @dataclass(frozen=True)

@@ -175,9 +175,9 @@ async def test_a_version_2_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     lease = await running(store, run_id="old-running")
     await create(store, run_id="old-queued")
     await store.close()
-    # Back to version 2: the runs table without the columns of expiry and progress.
+    # Back to version 2: the runs table without the columns of versions 3 and 4.
     conn = raw(sqlite_path)
-    for column in ("expires_at", "progress_state", "progress_info"):
+    for column in ("expires_at", "progress_state", "progress_info", "failed_position"):
         conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
     conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
@@ -198,7 +198,7 @@ async def test_a_version_2_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     conn = raw(sqlite_path)
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == (SCHEMA_VERSION,) == ("3",)
+    assert version == (SCHEMA_VERSION,) == ("4",)
 
 
 async def test_a_held_back_claim_writes_nothing(sqlite_store: SqliteStore) -> None:

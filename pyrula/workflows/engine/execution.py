@@ -107,6 +107,8 @@ class RunExecution:
         self.observer = settings.observer
         self._store_window = settings.store_retry_window
         self._next_position = 0
+        self.failed_steps: dict[int, int] = {}
+        """id(exception) -> journal position, for step errors raised into the workflow."""
 
     # -- positions -----------------------------------------------------------------------
     @property
@@ -131,12 +133,13 @@ class RunExecution:
             )
         return entry
 
-    @staticmethod
-    def outcome(entry: JournalEntry) -> Any:
+    def outcome(self, entry: JournalEntry) -> Any:
         """Return a journaled result, or raise the journaled error."""
         if entry.ok:
             return decode(entry.value)
-        raise ErrorInfo.from_json(entry.value).rebuild()
+        error = ErrorInfo.from_json(entry.value).rebuild()
+        self.failed_steps[id(error)] = entry.position
+        raise error
 
     # -- boundaries and writes ----------------------------------------------------------
     def check_boundary(self) -> None:

@@ -129,6 +129,10 @@ async def _run_workflow(
         raise
     except BaseException as exc:
         log.info("run %s failed: %s: %s", execution.run_id, type(exc).__name__, exc)
-        return Outcome(RunStatus.FAILED, error=ErrorInfo.from_exception(exc).to_json())
+        return Outcome(
+            RunStatus.FAILED,
+            error=ErrorInfo.from_exception(exc).to_json(),
+            failed_position=execution.failed_steps.get(id(exc)),
+        )
     finally:
         unbind_context(token)

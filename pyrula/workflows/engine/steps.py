@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.context import StepContext
 from pyrula.workflows.engine.control import Suspend
-from pyrula.workflows.errors import PayloadError, StepTimeout
+from pyrula.workflows.errors import LeaseLost, PayloadError, StepTimeout
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.records import JournalEntry, Wait
 from pyrula.workflows.retry import RetryPolicy
 from pyrula.workflows.serialization import ErrorInfo, decode, encode
+from pyrula.workflows.stores.rules import MAX_TRACKED_ATTEMPTS, backoff_position
 
 if TYPE_CHECKING:
     from pyrula.workflows.engine.execution import RunExecution
@@ -33,12 +34,6 @@ log = logging.getLogger("pyrula.workflows.engine")
 
 DEFAULT_STEP_RETRY = RetryPolicy()
 """Used by steps that don't name a policy: 3 attempts, 1 s then 2 s backoff."""
-MAX_TRACKED_ATTEMPTS = 1024
-
-
-def backoff_position(position: int, attempt: int) -> int:
-    """Where the backoff after ``attempt`` of the step at ``position`` is journaled."""
-    return -(position * MAX_TRACKED_ATTEMPTS + min(attempt, MAX_TRACKED_ATTEMPTS - 1)) - 1
 
 
 def _backoff_state(execution: RunExecution, position: int) -> tuple[int, float | None]:
@@ -161,6 +156,7 @@ async def run_step(
     )
     if ok:
         return decode(text)
+    execution.failed_steps[id(value)] = position
     raise value
 
 
@@ -209,7 +205,11 @@ def _progress_reporter(execution: RunExecution) -> Callable[[str, Any], None]:
         text = encode(info, what=f"info of progress {state!r}", max_bytes=execution.max_payload)
 
         async def write() -> None:
-            await execution.store.set_progress(execution.run_id, execution.token, state, text)
+            try:
+                await execution.store.set_progress(execution.run_id, execution.token, state, text)
+            except LeaseLost:
+                # The run moved on without us; the step's outcome will be refused too.
+                execution.lost = True
 
         try:
             running = asyncio.get_running_loop()

@@ -117,10 +117,12 @@ class Store(Protocol):
     async def retry_run(self, run_id: str) -> RunRecord:
         """Requeue a failed, cancelled, terminated or dead run so it continues.
 
-        The journal is kept, except that a final error entry at its end is removed, so
-        the step that failed runs again while the ones before it replay. Clears the
-        error, ``cancel_requested`` and the recovery count. Other statuses:
-        InvalidRunState.
+        The journal is kept, except the step that failed the run: with a
+        ``failed_position``, that position's error entry and its backoff entries
+        (``rules.backoff_range``) are removed; without one, an error entry at the
+        journal's highest position is. So the failed step runs again, with fresh
+        attempts, while the others replay. Clears the error, ``failed_position``,
+        ``cancel_requested`` and the recovery count. Other statuses: InvalidRunState.
         """
 
     # -- queue and leases (worker side) ----------------------------------------------
@@ -190,7 +192,8 @@ class Store(Protocol):
         """
 
     async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
-        """Record the run's terminal outcome (completed, failed or cancelled), fenced.
+        """Record the run's terminal outcome (completed, failed or cancelled) and its
+        ``failed_position``, fenced.
 
         Releases the lease and wakes every ``wait_run`` waiter. A parent waiting for
         this run (``wait_child``) is queued. Any way a run becomes terminal (cancel,

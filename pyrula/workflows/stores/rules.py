@@ -31,6 +31,20 @@ def same_entry(a: JournalEntry, b: JournalEntry) -> bool:
     return (a.kind, a.name, a.ok, a.value) == (b.kind, b.name, b.ok, b.value)
 
 
+MAX_TRACKED_ATTEMPTS = 1024
+"""Backoff entries of the step at position ``p`` live at ``-(p * 1024 + attempt) - 1``."""
+
+
+def backoff_position(position: int, attempt: int) -> int:
+    """Where the backoff after ``attempt`` of the step at ``position`` is journaled."""
+    return -(position * MAX_TRACKED_ATTEMPTS + min(attempt, MAX_TRACKED_ATTEMPTS - 1)) - 1
+
+
+def backoff_range(position: int) -> tuple[int, int]:
+    """The inclusive (low, high) journal positions of the step's backoff entries."""
+    return backoff_position(position, MAX_TRACKED_ATTEMPTS - 1), backoff_position(position, 1)
+
+
 def check_finish_outcome(outcome: Outcome) -> None:
     if outcome.status not in FINISH_STATUSES:
         raise ValueError(f"finish_run takes completed, failed or cancelled, not {outcome.status}")

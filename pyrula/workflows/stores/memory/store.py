@@ -33,6 +33,7 @@ from pyrula.workflows.stores.memory.schedules import MemorySchedules
 from pyrula.workflows.stores.memory.state import MemoryState
 from pyrula.workflows.stores.notify import run_key, work_key
 from pyrula.workflows.stores.rules import (
+    backoff_range,
     check_finish_outcome,
     dead_letter_error,
     idempotency_conflict,
@@ -203,10 +204,15 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
                     "terminated or dead runs can be retried"
                 )
             journal = s.journals[run_id]
-            if journal:
-                last = max(journal)
-                if not journal[last].ok:
-                    del journal[last]
+            failed = run.failed_position
+            if failed is not None:
+                low, high = backoff_range(failed)
+                for position in [p for p in journal if low <= p <= high]:
+                    del journal[position]
+            elif journal:
+                failed = max(journal)
+            if failed is not None and failed in journal and not journal[failed].ok:
+                del journal[failed]
             run = s.enqueue(
                 run,
                 self._clock(),
@@ -215,6 +221,7 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
                 result=None,
                 cancel_requested=False,
                 recoveries=0,
+                failed_position=None,
             )
             s.note(run_key(run_id))
         s.flush()
@@ -297,7 +304,13 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         s = self._s
         with s.lock:
             run = s.fenced(run_id, token)
-            run = s.end(run, outcome.status, result=outcome.result, error=outcome.error)
+            run = s.end(
+                run,
+                outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                failed_position=outcome.failed_position,
+            )
         s.flush()
         return run
 

@@ -241,7 +241,7 @@ RETURNING *;
 -- name: finish_run
 -- Fenced in the WHERE clause: no row back means the lease is gone.
 UPDATE runs SET
-    status = :status, result = :result, error = :error,
+    status = :status, result = :result, error = :error, failed_position = :failed_position,
     finished_at = :now, updated_at = :now,
     lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL
 WHERE run_id = :run_id AND status = 'running' AND lease_token = :token
@@ -286,7 +286,7 @@ RETURNING workflow;
 -- name: retry_run
 UPDATE runs SET
     status = 'queued', available_at = :now, updated_at = :now, finished_at = NULL,
-    error = NULL, result = NULL, cancel_requested = 0, recoveries = 0,
+    error = NULL, result = NULL, cancel_requested = 0, recoveries = 0, failed_position = NULL,
     lease_expires_at = NULL, wake_at = NULL, wait_signal = NULL, wait_child = NULL,
     stamp = COALESCE((SELECT c.counter FROM claim_counters AS c
                       WHERE c.workflow = runs.workflow), 0)
@@ -337,6 +337,12 @@ SELECT position, ok FROM journal WHERE run_id = :run_id ORDER BY position DESC L
 
 -- name: journal_delete
 DELETE FROM journal WHERE run_id = :run_id AND position = :position;
+
+-- name: journal_entry_ok
+SELECT ok FROM journal WHERE run_id = :run_id AND position = :position;
+
+-- name: journal_delete_range
+DELETE FROM journal WHERE run_id = :run_id AND position BETWEEN :low AND :high;
 
 -- name: insert_journal
 -- The primary key decides: no change means the position is taken.

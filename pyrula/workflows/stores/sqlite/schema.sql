@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS runs (
     stamp             INTEGER NOT NULL DEFAULT 0,  -- claim counter when last queued (fairness)
     expires_at        REAL,                        -- still queued then: cancelled, never run
     progress_state    TEXT,                        -- set_progress, kept after the run ends
-    progress_info     TEXT                         -- JSON text, kept byte for byte
+    progress_info     TEXT,                        -- JSON text, kept byte for byte
+    failed_position   INTEGER                      -- the step that failed it (retry clears it)
 );
 
 -- has_work: one range scan per workflow, already in (available_at, seq) order.

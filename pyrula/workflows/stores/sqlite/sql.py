@@ -23,7 +23,7 @@ from pyrula.workflows.records import (
     WorkerInfo,
 )
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
 
@@ -166,9 +166,12 @@ _V3_RUN_COLUMNS = (
     "progress_info TEXT",
 )
 """Version 3: run expiry and progress reports."""
+_V4_RUN_COLUMNS = ("failed_position INTEGER",)
+"""Version 4: the step that failed a run, so a retry re-runs exactly it."""
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
-    "1": _V2_RUN_COLUMNS + _V3_RUN_COLUMNS,
-    "2": _V3_RUN_COLUMNS,
+    "1": _V2_RUN_COLUMNS + _V3_RUN_COLUMNS + _V4_RUN_COLUMNS,
+    "2": _V3_RUN_COLUMNS + _V4_RUN_COLUMNS,
+    "3": _V4_RUN_COLUMNS,
 }
 """The run columns a file of each older version lacks."""
 
@@ -240,6 +243,7 @@ def to_run(row: sqlite3.Row) -> RunRecord:
         expires_at=row["expires_at"],
         progress_state=row["progress_state"],
         progress_info=row["progress_info"],
+        failed_position=row["failed_position"],
     )
 
 

@@ -24,7 +24,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.base import RenewResult
 from pyrula.workflows.stores.notify import run_key, work_key
-from pyrula.workflows.stores.rules import check_finish_outcome, dead_letter_error
+from pyrula.workflows.stores.rules import backoff_range, check_finish_outcome, dead_letter_error
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 from pyrula.workflows.stores.sqlite import claims, sql, waits
 from pyrula.workflows.stores.sqlite.db import POLL_MAX, POLL_MIN, Database, Keys, remaining
@@ -198,9 +198,17 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                     f"run {run_id!r} is {run.status.value}; only failed, cancelled, "
                     "terminated or dead runs can be retried"
                 )
-            last = t.one("journal_last", run_id=run_id)
-            if last is not None and not last["ok"]:
-                t.run("journal_delete", run_id=run_id, position=last["position"])
+            failed = run.failed_position
+            if failed is not None:
+                low, high = backoff_range(failed)
+                t.run("journal_delete_range", run_id=run_id, low=low, high=high)
+                entry = t.one("journal_entry_ok", run_id=run_id, position=failed)
+                if entry is not None and not entry["ok"]:
+                    t.run("journal_delete", run_id=run_id, position=failed)
+            else:
+                last = t.one("journal_last", run_id=run_id)
+                if last is not None and not last["ok"]:
+                    t.run("journal_delete", run_id=run_id, position=last["position"])
             row = t.one("retry_run", run_id=run_id, now=t.now)
             assert row is not None
             t.note(work_key(run.workflow), run_key(run_id))
@@ -303,6 +311,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 status=outcome.status.value,
                 result=outcome.result,
                 error=outcome.error,
+                failed_position=outcome.failed_position,
             )
             if row is None:
                 raise t.lease_lost(run_id, token)

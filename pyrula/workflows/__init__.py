@@ -52,6 +52,7 @@ from pyrula.workflows.stores import open_store
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.sqlite import SqliteStore
+from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.worker import WorkflowWorker
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "StoreUnavailable",
     "Transient",
     "UnknownWorkflow",
+    "ValkeyStore",
     "WorkerOptions",
     "WorkflowClient",
     "WorkflowContext",

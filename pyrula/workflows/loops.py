@@ -100,12 +100,16 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
     while True:
         delay = options.timer_poll_interval_s
         try:
+            # Ask for the next due time BEFORE firing: next_due_at counts only times after
+            # its own now, so asked after fire_timers it would skip a timer that fell due
+            # between the two calls, and that run would wait for the next timer (up to
+            # timer_poll_interval_s). Asked first, every timer it skips is fired below.
+            due = await worker.store.next_due_at(workflows)
             fired = await worker.store.fire_timers(options.timer_max_batch)
             if fired:
                 worker.wake_claimers()
             if fired >= options.timer_max_batch:
                 continue
-            due = await worker.store.next_due_at(workflows)
             if due is not None:
                 delay = min(delay, max(0.0, due - await worker.store.now()))
         except StoreError as exc:

@@ -308,6 +308,10 @@ class WorkflowWorker:
     async def wait_stop_or(self, timeout: float, event: asyncio.Event) -> None:
         """Sleep up to ``timeout`` seconds, less if the worker stops or ``event`` is set."""
         assert self._stop_event is not None
+        if self._stop_event.is_set():
+            # Stopping: the loops that call this have nothing left to do, and returning at
+            # once would spin them against the store until they are cancelled after the drain.
+            await asyncio.get_running_loop().create_future()
         stop = asyncio.ensure_future(self._stop_event.wait())
         nudge = asyncio.ensure_future(event.wait())
         try:

@@ -15,6 +15,8 @@ import pytest
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.sqlite import SqliteStore
+from pyrula.workflows.stores.valkey import ValkeyStore
+from tests.valkey.servers import fresh_namespace, valkey_cluster, valkey_server  # noqa: F401
 
 START = 1_700_000_000.0
 
@@ -49,9 +51,22 @@ def _sqlite(request: pytest.FixtureRequest, clock: Callable[[], float]) -> Store
     return SqliteStore(tmp_path / "pyrula.db", clock=clock)
 
 
+def _valkey(request: pytest.FixtureRequest, clock: Callable[[], float]) -> Store:
+    # One shard, so the queue orders are exact (sharding is tested in tests/valkey).
+    url = request.getfixturevalue("valkey_server").url
+    return ValkeyStore(url, namespace=fresh_namespace(), shard_count=1, clock=clock)
+
+
+def _valkey_cluster(request: pytest.FixtureRequest, clock: Callable[[], float]) -> Store:
+    url = request.getfixturevalue("valkey_cluster").url
+    return ValkeyStore(url, namespace=fresh_namespace(), shard_count=1, cluster=True, clock=clock)
+
+
 BUILDERS: dict[str, Callable[[pytest.FixtureRequest, Callable[[], float]], Store]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "valkey": _valkey,
+    "valkey-cluster": _valkey_cluster,
 }
 
 

@@ -19,7 +19,10 @@ def open_store(url: str | None = None, *, default: str | None = None) -> Store:
     Precedence: an explicit ``url``, then the ``PYRULA_STORE_URL`` environment variable,
     then ``default``, then ``sqlite:///pyrula.db`` in the working directory.
     ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` open an embedded
-    SQLite file; ``memory://`` an in-process store.
+    SQLite file; ``memory://`` an in-process store; ``redis://``, ``rediss://``,
+    ``valkey://``, ``valkeys://`` and ``unix://`` a :class:`ValkeyStore` (its
+    ``namespace``, ``shard_count`` and ``cluster`` may ride in the query string:
+    ``redis://host:6379/0?namespace=staging&cluster=true``).
     """
     chosen = url or os.environ.get("PYRULA_STORE_URL") or default or DEFAULT_STORE_URL
     scheme = urlsplit(chosen).scheme.lower()
@@ -36,12 +39,12 @@ def open_store(url: str | None = None, *, default: str | None = None) -> Store:
             )
         return SqliteStore(path)
     if scheme in {"redis", "rediss", "valkey", "valkeys", "unix"}:
-        raise ConfigurationError(
-            f"store URL {chosen!r} needs ValkeyStore, which this build does not include yet; "
-            "use sqlite:///path.db or memory://"
-        )
+        from pyrula.workflows.stores.valkey import ValkeyStore
+
+        return ValkeyStore.from_url(chosen)
     raise ConfigurationError(
-        f"unknown store URL {chosen!r}: expected sqlite:///path.db or memory://"
+        f"unknown store URL {chosen!r}: expected redis://host:port (Valkey), "
+        "sqlite:///path.db or memory://"
     )
 
 

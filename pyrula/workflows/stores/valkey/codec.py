@@ -1,0 +1,213 @@
+"""How records are laid out in Valkey hashes and how replies are read back.
+
+Run hash fields (absent = None / 0 / False)::
+
+    wf workflow   p params    st status    ow owner     ik idempotency_key
+    ca created_at aa available_at  ua updated_at  sa started_at  fa finished_at
+    rs result     er error    wk worker_id  tk lease_token  le lease_expires_at
+    cr cancel_requested ("1")  rc recoveries  cl claims   pa parent_run_id
+    wa wake_at    ws wait_signal  wc wait_child
+    fk rate_key   fr rate_per_second  fb rate_burst  fc owner_concurrency
+    ps progress_state  pi progress_info  ex expires_at  xe the RunExpired error to store
+    fp failed_position
+    sq submission sequence on its shard   sp DRR stamp (stores/flow.py)
+
+Times are written with ``%.17g`` so a float survives the round trip exactly.
+A journal entry is ``"attempts|token|recorded_at|" + pack_entry(...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyrula.workflows.records import (
+    DEFAULT_OWNER,
+    FlowControl,
+    JournalEntry,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    ScheduleRecord,
+)
+from pyrula.workflows.stores.rules import expired_error
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def pairs(flat: Sequence[Any]) -> dict[str, str]:
+    """A flat ``[field, value, ...]`` reply as a dict of str."""
+    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def num(value: float) -> str:
+    """A float as the Lua side reads it back exactly."""
+    return repr(float(value))
+
+
+def _opt_float(fields: dict[str, str], name: str) -> float | None:
+    value = fields.get(name)
+    return None if value is None else float(value)
+
+
+def to_run(run_id: str, flat: Sequence[Any] | dict[str, str]) -> RunRecord:
+    f = flat if isinstance(flat, dict) else pairs(flat)
+    flow = FlowControl(
+        rate_key=f.get("fk"),
+        rate_per_second=_opt_float(f, "fr"),
+        rate_burst=float(f["fb"]) if "fb" in f else 1.0,
+        owner_concurrency=int(f["fc"]) if "fc" in f else None,
+    )
+    return RunRecord(
+        run_id=run_id,
+        workflow=f["wf"],
+        params=f["p"],
+        status=RunStatus(f["st"]),
+        owner=f.get("ow", DEFAULT_OWNER),
+        idempotency_key=f.get("ik"),
+        created_at=float(f["ca"]),
+        available_at=float(f["aa"]),
+        updated_at=float(f["ua"]),
+        started_at=_opt_float(f, "sa"),
+        finished_at=_opt_float(f, "fa"),
+        result=f.get("rs"),
+        error=f.get("er"),
+        worker_id=f.get("wk"),
+        lease_token=int(f.get("tk", "0")),
+        lease_expires_at=_opt_float(f, "le"),
+        cancel_requested=f.get("cr") == "1",
+        recoveries=int(f.get("rc", "0")),
+        claims=int(f.get("cl", "0")),
+        parent_run_id=f.get("pa"),
+        wake_at=_opt_float(f, "wa"),
+        wait_signal=f.get("ws"),
+        wait_child=f.get("wc"),
+        flow=flow,
+        progress_state=f.get("ps"),
+        progress_info=f.get("pi"),
+        expires_at=_opt_float(f, "ex"),
+        failed_position=int(f["fp"]) if "fp" in f else None,
+    )
+
+
+def new_run_args(new: NewRun) -> list[str]:
+    """create's ARGV[4..18] (see lua/runs.lua)."""
+    flow = new.flow
+    has_rate = flow.rate_key is not None and bool(flow.rate_per_second)
+    return [
+        new.run_id,
+        new.workflow,
+        new.params,
+        new.owner,
+        "1" if new.idempotency_key is not None else "0",
+        new.idempotency_key or "",
+        num(new.delay),
+        "" if new.start_at is None else num(new.start_at),
+        new.parent_run_id or "",
+        flow.rate_key if has_rate and flow.rate_key is not None else "",
+        num(flow.rate_per_second) if has_rate and flow.rate_per_second else "",
+        num(flow.rate_burst) if has_rate else "",
+        "" if flow.owner_concurrency is None else str(int(flow.owner_concurrency)),
+        "" if new.expires_at is None else num(new.expires_at),
+        "" if new.expires_at is None else expired_error(_stub(new)),
+    ]
+
+
+def _stub(new: NewRun) -> RunRecord:
+    """Enough of a record for the rules that only read its id."""
+    return RunRecord(new.run_id, new.workflow, new.params, RunStatus.QUEUED, new.owner,
+                     new.idempotency_key, 0.0, 0.0, 0.0)  # fmt: skip
+
+
+def new_run_from_reservation(key: str, f: dict[str, str]) -> NewRun:
+    """The NewRun an idempotency reservation holds (to finish a creation left halfway)."""
+    return NewRun(
+        run_id=f["id"],
+        workflow=f["wf"],
+        params=f["p"],
+        owner=f["ow"],
+        idempotency_key=key,
+        delay=float(f["dl"]),
+        start_at=float(f["sa"]) if f["sa"] else None,
+        parent_run_id=f["pa"] or None,
+        flow=FlowControl(
+            rate_key=f["fk"] or None,
+            rate_per_second=float(f["fr"]) if f["fr"] else None,
+            rate_burst=float(f["fb"]) if f["fb"] else 1.0,
+            owner_concurrency=int(f["fc"]) if f["fc"] else None,
+        ),
+        expires_at=float(f["ex"]) if f.get("ex") else None,
+    )
+
+
+# -- journal ---------------------------------------------------------------------------
+def entry_head(kind: str, name: str) -> str:
+    return f"{len(kind.encode())}:{kind}{len(name.encode())}:{name}"
+
+
+def pack_entry(entry: JournalEntry) -> str:
+    """Kind, name, ok and value: what makes two writes at one position the same."""
+    return entry_head(entry.kind, entry.name) + ("1" if entry.ok else "0") + entry.value
+
+
+def unpack_entry(packed: str) -> tuple[str, str, bool, str]:
+    """(kind, name, ok, value) of a packed entry; lengths are UTF-8 byte counts."""
+    raw = packed.encode()
+    colon = raw.index(b":")
+    size = int(raw[:colon])
+    kind = raw[colon + 1 : colon + 1 + size].decode()
+    at = colon + 1 + size
+    colon = raw.index(b":", at)
+    size = int(raw[at:colon])
+    name = raw[colon + 1 : colon + 1 + size].decode()
+    at = colon + 1 + size
+    return kind, name, raw[at : at + 1] == b"1", raw[at + 1 :].decode()
+
+
+def to_entry(run_id: str, position: int, stored: str) -> JournalEntry:
+    attempts, token, recorded_at, packed = stored.split("|", 3)
+    kind, name, ok, value = unpack_entry(packed)
+    return JournalEntry(
+        run_id=run_id,
+        position=position,
+        kind=kind,
+        name=name,
+        ok=ok,
+        value=value,
+        attempts=int(attempts),
+        token=int(token),
+        recorded_at=float(recorded_at),
+    )
+
+
+# -- schedules -------------------------------------------------------------------------
+def schedule_fields(schedule: ScheduleRecord) -> list[str]:
+    """The definition's field, value pairs (sched_create adds the state fields)."""
+    out = ["id", schedule.schedule_id, "wf", schedule.workflow, "p", schedule.params]
+    out += ["tz", schedule.timezone]
+    out += ["ow", schedule.owner]
+    if schedule.cron is not None:
+        out += ["cron", schedule.cron]
+    if schedule.every is not None:
+        out += ["every", num(schedule.every)]
+    return out
+
+
+def to_schedule(flat: Sequence[Any]) -> ScheduleRecord:
+    f = pairs(flat)
+    return ScheduleRecord(
+        schedule_id=f["id"],
+        workflow=f["wf"],
+        params=f["p"],
+        cron=f.get("cron"),
+        every=_opt_float(f, "every"),
+        timezone=f["tz"],
+        enabled=f["en"] == "1",
+        next_fire_at=float(f["nf"]),
+        last_fire_at=_opt_float(f, "lf"),
+        owner=f.get("ow", DEFAULT_OWNER),
+        created_at=float(f["ca"]),
+        updated_at=float(f["ua"]),
+    )

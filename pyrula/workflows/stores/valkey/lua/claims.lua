@@ -1,0 +1,209 @@
+-- claims.lua: fair claiming on one shard, timers, and the shard hints claimers read.
+--
+-- Shard functions (contract in common.lua):
+--   claim      ARGV[4..] workflow, worker_id, limit, lease_ttl, then three counted lists:
+--              n, n admitted run ids (through flow control already); m, m owners at
+--              their concurrency cap; h, h (owner, rate_key) pairs out of tokens
+--              -> {{run_id, run, ...}, blocked} where blocked is {} or the head run the
+--              caller must pass through flow control first: {run_id, owner, rate_key,
+--              rate_per_second, rate_burst, owner_concurrency}
+--   fire       ARGV[4] limit -> how many sleeping/waiting runs were queued
+--   next_due   ARGV[4..] workflows -> per workflow {future_due, future_timer,
+--              rate_heads, capped_future} (see Python's next_due_at)
+--   sync       ARGV[4..] workflows -> ''   (recompute this shard's hints)
+-- Hint functions (KEYS[1] a workflow's hint prefix "ns:{ns:w:<wf>}:", or the timer
+-- hint prefix):
+--   hint_read  ARGV[1] clock -> {shard, score, ...} due now; clears the wake list
+--   hint_set   ARGV[2..] shard, version, due, timer, wake, ... (cluster mode)
+--   timer_hint_set  ARGV[2..] shard, version, timer
+--   timer_due  ARGV[1] clock -> {shard, score, ...} whose earliest timer is due
+
+-- Byte-wise a < b (Lua's own < follows the server's locale).
+local function bytes_lt(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- An owner's first due run not held by a rate key in held (a set), within the window.
+local function effective_head(c, wf, owner, held)
+  local due = redis.call('ZRANGEBYSCORE', qkey(c, wf, owner), '-inf', fmt(c.now), 'LIMIT', 0,
+                         RATE_SKIP_WINDOW)
+  for _, m in ipairs(due) do
+    local id = member_id(m)
+    if held == nil then return id end
+    local key = redis.call('HGET', c.P .. K.run .. id, 'fk')
+    if not key or not held[key] then return id end
+  end
+  return nil
+end
+
+-- The owner to serve next: lowest (turn, name) among those not skipped. Owners with
+-- held rate keys have their turn computed from their effective head.
+local function next_owner(c, wf, okey, skip, held)
+  local best, best_turn, best_head = nil, nil, nil
+  local start = 0
+  while best == nil do
+    local chunk = redis.call('ZRANGE', okey, start, start + 31, 'WITHSCORES')
+    if #chunk == 0 then break end
+    for i = 1, #chunk, 2 do
+      local o = chunk[i]
+      if not skip[o] and not held[o] then
+        best, best_turn = o, tonumber(chunk[i + 1])
+        break
+      end
+    end
+    start = start + 32
+  end
+  for o, keys in pairs(held) do
+    if not skip[o] then
+      local head = effective_head(c, wf, o, keys)
+      if head == nil then
+        skip[o] = true
+      else
+        local turn = tonumber(redis.call('HGET', c.P .. K.run .. head, 'sp'))
+        local served = redis.call('HGET', c.P .. K.served .. kpart(wf), o)
+        if served then turn = math.max(turn, tonumber(served)) end
+        if best == nil or turn < best_turn or (turn == best_turn and bytes_lt(o, best)) then
+          best, best_turn, best_head = o, turn, head
+        end
+      end
+    end
+  end
+  return best, best_head
+end
+
+register('claim', function(keys, argv)
+  local c = ctx(keys, argv)
+  local wf, worker, limit, ttl = argv[4], argv[5], tonumber(argv[6]), tonumber(argv[7])
+  local i = 8
+  local admitted, skip, held = {}, {}, {}
+  for j = 1, tonumber(argv[i]) do admitted[argv[i + j]] = true end
+  i = i + tonumber(argv[i]) + 1
+  for j = 1, tonumber(argv[i]) do skip[argv[i + j]] = true end
+  i = i + tonumber(argv[i]) + 1
+  for j = 1, tonumber(argv[i]) do
+    local owner, key = argv[i + 2 * j - 1], argv[i + 2 * j]
+    held[owner] = held[owner] or {}
+    held[owner][key] = true
+  end
+  local w = kpart(wf)
+  local okey = c.P .. K.owners .. w
+  local leases, blocked = {}, {}
+  local claimed = 0
+  while claimed < limit do
+    local owner, head = next_owner(c, wf, okey, skip, held)
+    if owner == nil then break end
+    if head == nil then head = effective_head(c, wf, owner, nil) end
+    if head == nil then
+      skip[owner] = true
+    else
+      local r = load_run(c, head)
+      if r.ex and tonumber(r.ex) <= c.now then
+        -- Expired before any worker started it: it ends, costing its owner no turn.
+        end_run(c, r, 'cancelled', {er = r.xe, xe = NIL})
+      elseif (r.fk or r.fc) and not admitted[r.id] then
+        blocked = {r.id, r.ow, r.fk or '', r.fr or '', r.fb or '', r.fc or ''}
+        break
+      else
+        local counter = redis.call('INCR', c.P .. K.counter .. w)
+        redis.call('HSET', c.P .. K.served .. w, owner, counter)
+        local token = redis.call('INCR', c.P .. K.token)
+        local expires = c.now + ttl
+        leave(c, r)
+        set_fields(c, r, {st = 'running', wk = worker, tk = tostring(token),
+                          le = fmt(expires), cl = tostring(tonumber(r.cl or '0') + 1),
+                          ua = fmt(c.now), sa = r.sa or fmt(c.now), ex = NIL, xe = NIL})
+        redis.call('ZADD', c.P .. K.leases, fmt(expires), r.id)
+        leases[#leases + 1] = r.id
+        leases[#leases + 1] = dump(c, r.id)
+        claimed = claimed + 1
+      end
+    end
+  end
+  return done(c, {leases, blocked})
+end)
+
+register('fire', function(keys, argv)
+  local c = ctx(keys, argv)
+  local due = redis.call('ZRANGEBYSCORE', c.P .. K.all_timers, '-inf', fmt(c.now), 'LIMIT', 0,
+                         tonumber(argv[4]))
+  for _, m in ipairs(due) do enqueue(c, load_run(c, member_id(m)), c.now) end
+  return done(c, tostring(#due))
+end)
+
+local FUTURE_SCAN = 64
+
+register('next_due', function(keys, argv)
+  local c = ctx(keys, argv)
+  local out = {}
+  for i = 4, #argv do
+    local wf = argv[i]
+    local w = kpart(wf)
+    local after = '(' .. fmt(c.now)
+    -- Queued runs not yet due: the first one without an owner cap decides; capped ones
+    -- before it are returned so the caller can check their cap.
+    local future, capped = '', {}
+    local ids = redis.call('ZRANGEBYSCORE', c.P .. K.due .. w, after, '+inf', 'WITHSCORES',
+                           'LIMIT', 0, FUTURE_SCAN)
+    for j = 1, #ids, 2 do
+      local f = redis.call('HMGET', c.P .. K.run .. ids[j], 'ow', 'fc')
+      if f[2] then
+        for _, x in ipairs({ids[j + 1], f[1], f[2]}) do capped[#capped + 1] = x end
+      else
+        future = ids[j + 1]
+        break
+      end
+    end
+    -- Due owner heads held by a rate limit become due when their bucket refills.
+    local heads = {}
+    for _, owner in ipairs(redis.call('ZRANGE', c.P .. K.owners .. w, 0, -1)) do
+      local head = redis.call('ZRANGE', qkey(c, wf, owner), 0, 0, 'WITHSCORES')
+      if head[1] ~= nil and tonumber(head[2]) <= c.now then
+        local f = redis.call('HMGET', c.P .. K.run .. member_id(head[1]), 'fk', 'fr', 'fb', 'fc')
+        if f[1] then
+          for _, x in ipairs({head[2], owner, f[1], f[2], f[3], f[4] or ''}) do
+            heads[#heads + 1] = x
+          end
+        end
+      end
+    end
+    local timer = redis.call('ZRANGEBYSCORE', c.P .. K.timers .. w, after, '+inf', 'WITHSCORES',
+                             'LIMIT', 0, 1)[2] or ''
+    out[#out + 1] = {future, timer, heads, capped}
+  end
+  return done(c, out)
+end)
+
+register('sync', function(keys, argv)
+  local c = ctx(keys, argv)
+  for i = 4, #argv do c.touched[argv[i]] = true end
+  c.timers = true
+  return done(c, '')
+end)
+
+register('hint_read', function(keys, argv)
+  local now = now_of(argv[1])
+  redis.call('DEL', keys[1] .. 'wake')
+  return redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(now), 'WITHSCORES')
+end)
+
+register('hint_set', function(keys, argv)
+  for i = 2, #argv, 5 do
+    apply_hint_at(keys[1], argv[i], argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4])
+  end
+  return 1
+end)
+
+register('timer_hint_set', function(keys, argv)
+  for i = 2, #argv, 3 do
+    apply_hint_at(keys[1], argv[i], argv[i + 1], argv[i + 2], nil, nil)
+  end
+  return 1
+end)
+
+register('timer_due', function(keys, argv)
+  return redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(now_of(argv[1])), 'WITHSCORES')
+end)

@@ -1,0 +1,252 @@
+-- common.lua: helpers every function of the library shares. Registers nothing.
+--
+-- Contract of every function in this library:
+--   ARGV[1]  the clock override: '' means the server's TIME (production); a number is
+--            used instead so tests can inject the store's clock.
+-- Shard functions (runs.lua, claims.lua, leases.lua) additionally take:
+--   KEYS[1]  the shard prefix "ns:{ns:k}:"; every key they touch starts with it, so each
+--            call lands on one cluster slot.
+--   ARGV[2]  the namespace when hint keys may be written inline (single node), or ''
+--            (cluster: hints are returned and the caller applies them with hint_set).
+--   ARGV[3]  the shard number. Their own arguments start at ARGV[4].
+-- and return {payload, workflow_hints, timer_hint, followups} (see done()).
+-- Every precondition is checked (fail) before the first write: Lua does not roll back.
+-- Payloads (params, results, errors, journal values, signals) are opaque strings here:
+-- never decoded, so big integers and empty lists survive byte for byte.
+
+local DONE_TTL = 3600
+local NIL = {}
+
+local function now_of(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function fmt(x) return string.format('%.17g', x) end
+
+local function fail(code, msg) error({err = 'PYRULA_' .. code .. ' ' .. msg}) end
+
+local function ctx(keys, argv)
+  return {P = keys[1], now = now_of(argv[1]), ns = argv[2], shard = argv[3],
+          touched = {}, wake = {}, timers = false, follow = {}}
+end
+
+local function load_run(c, id)
+  local flat = redis.call('HGETALL', c.P .. K.run .. id)
+  if #flat == 0 then return nil end
+  local r = {id = id}
+  for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+  return r
+end
+
+local function dump(c, id) return redis.call('HGETALL', c.P .. K.run .. id) end
+
+local TERMINAL = {completed = true, failed = true, cancelled = true, terminated = true,
+                  dead = true}
+
+local function require_run(c, id)
+  local r = load_run(c, id)
+  if r == nil then fail('NOTFOUND', id) end
+  return r
+end
+
+local function require_live(c, id)
+  local r = require_run(c, id)
+  if TERMINAL[r.st] then fail('STATE', 'run ' .. id .. ' already ended as ' .. r.st) end
+  return r
+end
+
+local function fenced(c, id, token)
+  local r = require_run(c, id)
+  if r.st ~= 'running' or r.tk ~= token then
+    fail('LEASE', 'run ' .. id .. ' is no longer held with token ' .. token .. ' (status '
+      .. r.st .. ', token ' .. (r.tk or '0') .. ')')
+  end
+  return r
+end
+
+-- Write changed fields (NIL deletes one) and mirror them in r.
+local function set_fields(c, r, changes)
+  local hset, hdel = {}, {}
+  for f, v in pairs(changes) do
+    if v == NIL then
+      r[f] = nil
+      hdel[#hdel + 1] = f
+    else
+      r[f] = v
+      hset[#hset + 1] = f
+      hset[#hset + 1] = v
+    end
+  end
+  local key = c.P .. K.run .. r.id
+  if #hset > 0 then redis.call('HSET', key, unpack(hset)) end
+  if #hdel > 0 then redis.call('HDEL', key, unpack(hdel)) end
+end
+
+-- Queue and timer members sort by submission within equal scores (FIFO ties).
+local function member(r) return string.format('%012d', tonumber(r.sq)) .. ':' .. r.id end
+local function member_id(m) return string.sub(m, 14) end
+local function qkey(c, wf, owner) return c.P .. K.queue .. kpart(wf) .. ':' .. owner end
+
+-- An owner's DRR turn (stores/flow.py owner_turn) from its head run's stamp.
+local function refresh_owner(c, wf, owner)
+  local w = kpart(wf)
+  local okey = c.P .. K.owners .. w
+  local head = redis.call('ZRANGE', qkey(c, wf, owner), 0, 0)
+  if head[1] == nil then
+    redis.call('ZREM', okey, owner)
+    return
+  end
+  local turn = tonumber(redis.call('HGET', c.P .. K.run .. member_id(head[1]), 'sp'))
+  local served = redis.call('HGET', c.P .. K.served .. w, owner)
+  if served then turn = math.max(turn, tonumber(served)) end
+  redis.call('ZADD', okey, fmt(turn), owner)
+end
+
+local function follow(c, kind, a, b, d)
+  c.follow[#c.follow + 1] = {kind, a or '', b or '', d or ''}
+end
+
+-- Take r out of the indexes of its current status.
+local function leave(c, r)
+  local w = kpart(r.wf)
+  if r.st == 'queued' then
+    redis.call('ZREM', qkey(c, r.wf, r.ow), member(r))
+    redis.call('ZREM', c.P .. K.due .. w, r.id)
+    refresh_owner(c, r.wf, r.ow)
+    c.touched[r.wf] = true
+  elseif r.st == 'running' then
+    redis.call('ZREM', c.P .. K.leases, r.id)
+    if r.fc then follow(c, 'flow_release', r.wf, r.ow, r.id) end
+  elseif r.wa then
+    redis.call('ZREM', c.P .. K.timers .. w, member(r))
+    redis.call('ZREM', c.P .. K.all_timers, member(r))
+    c.touched[r.wf] = true
+    c.timers = true
+  end
+end
+
+-- Make r queued, claimable from avail, stamped with the workflow's claim counter.
+local function enqueue(c, r, avail, changes)
+  leave(c, r)
+  changes = changes or {}
+  changes.st = 'queued'
+  changes.aa = fmt(avail)
+  changes.ua = fmt(c.now)
+  changes.sp = redis.call('GET', c.P .. K.counter .. kpart(r.wf)) or '0'
+  changes.le, changes.wa, changes.ws, changes.wc = NIL, NIL, NIL, NIL
+  set_fields(c, r, changes)
+  redis.call('ZADD', qkey(c, r.wf, r.ow), fmt(avail), member(r))
+  redis.call('ZADD', c.P .. K.due .. kpart(r.wf), fmt(avail), r.id)
+  refresh_owner(c, r.wf, r.ow)
+  c.touched[r.wf] = true
+  c.wake[r.wf] = true
+end
+
+-- Make r terminal; wake its waiters and a parent waiting for it.
+local function end_run(c, r, status, changes)
+  leave(c, r)
+  changes = changes or {}
+  changes.st = status
+  changes.fa = fmt(c.now)
+  changes.ua = fmt(c.now)
+  changes.le, changes.wa, changes.ws, changes.wc = NIL, NIL, NIL, NIL
+  set_fields(c, r, changes)
+  local done = c.P .. K.done .. r.id
+  redis.call('RPUSH', done, '1')
+  redis.call('EXPIRE', done, DONE_TTL)
+  if r.pa then
+    local p = load_run(c, r.pa)
+    if p == nil then
+      follow(c, 'child_ended', r.pa, r.id)
+    else
+      redis.call('SADD', c.P .. K.kids_done .. r.pa, r.id)
+      if p.st == 'waiting' and p.wc == r.id then enqueue(c, p, c.now) end
+    end
+  end
+end
+
+-- A journal value is "attempts|token|recorded_at|entry"; entry is Python's packing of
+-- kind, name, ok and value ("<n>:<kind><n>:<name><0|1><value>").
+local function entry_of(stored)
+  local a = string.find(stored, '|', 1, true)
+  local b = string.find(stored, '|', a + 1, true)
+  local d = string.find(stored, '|', b + 1, true)
+  return string.sub(stored, d + 1)
+end
+
+local function entry_ok(entry)
+  local i = string.find(entry, ':', 1, true)
+  local j = i + tonumber(string.sub(entry, 1, i - 1)) + 1
+  local k = string.find(entry, ':', j, true)
+  local at = k + tonumber(string.sub(entry, j, k - 1)) + 1
+  return string.sub(entry, at, at)
+end
+
+local function journal_put(c, id, position, attempts, token, entry)
+  redis.call('HSET', c.P .. K.journal .. id, position,
+             attempts .. '|' .. token .. '|' .. fmt(c.now) .. '|' .. entry)
+end
+
+local function apply_hint_at(hp, shard, ver, due, timer, wake)
+  local cur = tonumber(redis.call('HGET', hp .. 'v', shard) or '-1')
+  if tonumber(ver) > cur then
+    redis.call('HSET', hp .. 'v', shard, ver)
+    if due == '' then redis.call('ZREM', hp .. 'd', shard)
+    else redis.call('ZADD', hp .. 'd', due, shard) end
+    if timer ~= nil then
+      if timer == '' then redis.call('ZREM', hp .. 't', shard)
+      else redis.call('ZADD', hp .. 't', timer, shard) end
+    end
+  end
+  if wake ~= nil and wake ~= '' then
+    redis.call('LPUSH', hp .. 'wake', '1')
+    redis.call('LTRIM', hp .. 'wake', 0, 7)
+  end
+end
+
+local function apply_wf_hint(ns, wf, shard, ver, due, timer, wake)
+  apply_hint_at(hint_prefix(ns, wf), shard, ver, due, timer, wake)
+end
+
+-- The timer hint keeps one zset, 'd': shard -> its earliest timer.
+local function apply_timer_hint(ns, shard, ver, timer)
+  apply_hint_at(timer_hint_prefix(ns), shard, ver, timer, nil, nil)
+end
+
+local function first_score(key)
+  return redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] or ''
+end
+
+-- Recompute the hints of what this call touched; write them inline or return them.
+local function done(c, payload)
+  local hints, th = {}, {}
+  if next(c.touched) ~= nil or c.timers then
+    local ver = redis.call('INCR', c.P .. K.version)
+    for wf in pairs(c.touched) do
+      local w = kpart(wf)
+      local due = first_score(c.P .. K.due .. w)
+      local timer = first_score(c.P .. K.timers .. w)
+      local wake = c.wake[wf] and '1' or ''
+      if c.ns ~= '' then
+        apply_wf_hint(c.ns, wf, c.shard, ver, due, timer, wake)
+      else
+        for _, x in ipairs({wf, ver, due, timer, wake}) do hints[#hints + 1] = x end
+      end
+    end
+    if c.timers then
+      local timer = first_score(c.P .. K.all_timers)
+      if c.ns ~= '' then apply_timer_hint(c.ns, c.shard, ver, timer) else th = {ver, timer} end
+    end
+  end
+  local flat = {}
+  for _, f in ipairs(c.follow) do
+    for i = 1, 4 do flat[#flat + 1] = f[i] end
+  end
+  return {payload, hints, th, flat}
+end
+
+local function register(name, fn)
+  redis.register_function(LIBRARY .. '_' .. name, fn)
+end

@@ -1,0 +1,209 @@
+-- leases.lua: what a lease holder does to its run: renew, journal, signals, children,
+-- finish, release, suspend; and taking runs back from workers whose lease expired.
+-- Writes carrying a token are fenced: PYRULA_LEASE unless the run is running with it.
+--
+-- Shard functions (contract in common.lua):
+--   renew          ARGV[4] lease_ttl, then run_id, token pairs
+--                  -> {{'ok'|'cancel'|'lost', ...}, expires_at}
+--   append         ARGV[4..] run_id, token, position, attempts, entry
+--                  -> {'ok', cancel_requested '0'|'1'} or {'nondet', existing entry}
+--   consume_signal ARGV[4..] the signal list key, run_id, token, position, attempts,
+--                  entry_head (the packed entry without ok and value), ok
+--                  -> {'consumed', payload} | {'journaled', entry} | {'none'} | {'nondet', e}
+--   start_child    ARGV[4..] parent_id, token, position, attempts, entry, then the child
+--                  as create's ARGV[4..18] -> {'ok', child} or {'nondet', existing entry}
+--   check_entry    ARGV[4..] run_id, token, position, entry -> {'ok'} | {'nondet', e}
+--   append_child   ARGV[4..] parent_id, token, position, attempts, entry, child_id
+--                  -> {'ok'} | {'nondet', e}   (a child on another shard was created)
+--   finish         ARGV[4..] run_id, token, status, has_result, result, has_error, error,
+--                  failed_position ('' none) -> run
+--   release        ARGV[4..] run_id, token, available_at ('' now) -> ''
+--   set_progress   ARGV[4..] run_id, token, state, info -> ''
+--   suspend        ARGV[4..] the signal list key ('' none), run_id, token, wake_at
+--                  ('' none), has_signal, signal, child ('' none), child_here
+--                  -> '1' suspended or '0' (the wait is already over)
+--   recover        ARGV[4..] max_recoveries, limit -> {{requeued ids}, {run_id, token, ...}
+--                  of runs past max_recoveries, to dead-letter}
+--   dead_letter    ARGV[4..] run_id, token, max_recoveries, error -> '1' | '0'
+
+register('renew', function(keys, argv)
+  local c = ctx(keys, argv)
+  local expires = c.now + tonumber(argv[4])
+  local out = {}
+  for i = 5, #argv, 2 do
+    local r = load_run(c, argv[i])
+    if r == nil or r.st ~= 'running' or r.tk ~= argv[i + 1] then
+      out[#out + 1] = 'lost'
+    else
+      set_fields(c, r, {le = fmt(expires)})
+      redis.call('ZADD', c.P .. K.leases, fmt(expires), r.id)
+      if r.fc then follow(c, 'flow_renew', r.wf, r.ow, r.id) end
+      out[#out + 1] = r.cr == '1' and 'cancel' or 'ok'
+    end
+  end
+  return done(c, {out, fmt(expires)})
+end)
+
+-- The entry already at position, if it differs from entry: a replay went elsewhere.
+local function taken_by_other(c, id, position, entry)
+  local stored = redis.call('HGET', c.P .. K.journal .. id, position)
+  if stored and entry_of(stored) ~= entry then return entry_of(stored) end
+  return nil, stored
+end
+
+register('append', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
+  local r = fenced(c, id, token)
+  local other, stored = taken_by_other(c, id, position, entry)
+  if other then return done(c, {'nondet', other}) end
+  if not stored then journal_put(c, id, position, attempts, token, entry) end
+  return done(c, {'ok', r.cr == '1' and '1' or '0'})
+end)
+
+register('consume_signal', function(keys, argv)
+  local c = ctx(keys, argv)
+  local list, id, token, position = argv[4], argv[5], argv[6], argv[7]
+  local attempts, head, ok = argv[8], argv[9], argv[10]
+  fenced(c, id, token)
+  local stored = redis.call('HGET', c.P .. K.journal .. id, position)
+  if stored and string.sub(entry_of(stored), 1, #head) == head then
+    return done(c, {'journaled', entry_of(stored)})
+  end
+  local payload = redis.call('LINDEX', list, 0)
+  if not payload then return done(c, {'none'}) end
+  if stored then return done(c, {'nondet', entry_of(stored)}) end
+  journal_put(c, id, position, attempts, token, head .. ok .. payload)
+  redis.call('LPOP', list)
+  return done(c, {'consumed', payload})
+end)
+
+register('start_child', function(keys, argv)
+  local c = ctx(keys, argv)
+  local parent, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
+  fenced(c, parent, token)
+  local other, stored = taken_by_other(c, parent, position, entry)
+  if other then return done(c, {'nondet', other}) end
+  local child_id = argv[9]
+  local existing = load_run(c, child_id)
+  if existing ~= nil and existing.pa ~= parent then
+    fail('STATE', 'a run with id ' .. child_id .. ' already exists')
+  end
+  if existing == nil then
+    insert_run(c, argv, 9)
+  end
+  if not stored then journal_put(c, parent, position, attempts, token, entry) end
+  return done(c, {'ok', dump(c, child_id)})
+end)
+
+register('check_entry', function(keys, argv)
+  local c = ctx(keys, argv)
+  fenced(c, argv[4], argv[5])
+  local other = taken_by_other(c, argv[4], argv[6], argv[7])
+  if other then return done(c, {'nondet', other}) end
+  return done(c, {'ok'})
+end)
+
+register('append_child', function(keys, argv)
+  local c = ctx(keys, argv)
+  local parent, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
+  fenced(c, parent, token)
+  local other, stored = taken_by_other(c, parent, position, entry)
+  if other then return done(c, {'nondet', other}) end
+  redis.call('SADD', c.P .. K.kids .. parent, argv[9])
+  if not stored then journal_put(c, parent, position, attempts, token, entry) end
+  return done(c, {'ok'})
+end)
+
+register('finish', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id, token, status = argv[4], argv[5], argv[6]
+  local r = fenced(c, id, token)
+  local changes = {rs = NIL, er = NIL}
+  if argv[7] == '1' then changes.rs = argv[8] end
+  if argv[9] == '1' then changes.er = argv[10] end
+  if argv[11] ~= '' then changes.fp = argv[11] end
+  end_run(c, r, status, changes)
+  return done(c, dump(c, id))
+end)
+
+register('release', function(keys, argv)
+  local c = ctx(keys, argv)
+  local r = fenced(c, argv[4], argv[5])
+  local avail = c.now
+  if argv[6] ~= '' then avail = tonumber(argv[6]) end
+  enqueue(c, r, avail)
+  return done(c, '')
+end)
+
+register('set_progress', function(keys, argv)
+  local c = ctx(keys, argv)
+  local r = fenced(c, argv[4], argv[5])
+  set_fields(c, r, {ps = argv[6], pi = argv[7], ua = fmt(c.now)})
+  return done(c, '')
+end)
+
+register('suspend', function(keys, argv)
+  local c = ctx(keys, argv)
+  local list, id, token, wake_at = argv[4], argv[5], argv[6], argv[7]
+  local has_signal, signal, child, child_here = argv[8], argv[9], argv[10], argv[11]
+  local r = fenced(c, id, token)
+  if has_signal == '1' and redis.call('LLEN', list) > 0 then return done(c, '0') end
+  if child ~= '' then
+    if child_here == '1' then
+      if TERMINAL[require_run(c, child).st] then return done(c, '0') end
+    elseif redis.call('SISMEMBER', c.P .. K.kids_done .. id, child) == 1 then
+      return done(c, '0')
+    end
+  end
+  if wake_at ~= '' and tonumber(wake_at) <= c.now then return done(c, '0') end
+  leave(c, r)
+  local status = 'waiting'
+  if has_signal ~= '1' and child == '' then status = 'sleeping' end
+  local changes = {st = status, le = NIL, ua = fmt(c.now), wa = NIL, ws = NIL, wc = NIL}
+  if wake_at ~= '' then changes.wa = wake_at end
+  if has_signal == '1' then changes.ws = signal end
+  if child ~= '' then changes.wc = child end
+  set_fields(c, r, changes)
+  if wake_at ~= '' then
+    redis.call('ZADD', c.P .. K.timers .. kpart(r.wf), wake_at, member(r))
+    redis.call('ZADD', c.P .. K.all_timers, wake_at, member(r))
+    c.touched[r.wf] = true
+    c.timers = true
+  end
+  return done(c, '1')
+end)
+
+register('recover', function(keys, argv)
+  local c = ctx(keys, argv)
+  local max_recoveries, limit = tonumber(argv[4]), tonumber(argv[5])
+  local requeued, dead = {}, {}
+  if limit > 0 then
+    local ids = redis.call('ZRANGEBYSCORE', c.P .. K.leases, '-inf', fmt(c.now), 'LIMIT', 0,
+                           limit)
+    for _, id in ipairs(ids) do
+      local r = load_run(c, id)
+      local recoveries = tonumber(r.rc or '0') + 1
+      if recoveries > max_recoveries then
+        dead[#dead + 1] = id
+        dead[#dead + 1] = r.tk
+      else
+        enqueue(c, r, c.now, {rc = tostring(recoveries)})
+        requeued[#requeued + 1] = id
+      end
+    end
+  end
+  return done(c, {requeued, dead})
+end)
+
+register('dead_letter', function(keys, argv)
+  local c = ctx(keys, argv)
+  local r = load_run(c, argv[4])
+  if r == nil or r.st ~= 'running' or r.tk ~= argv[5] or tonumber(r.le) > c.now then
+    return done(c, '0')
+  end
+  local recoveries = tonumber(r.rc or '0') + 1
+  if recoveries <= tonumber(argv[6]) then return done(c, '0') end
+  end_run(c, r, 'dead', {rc = tostring(recoveries), er = argv[7]})
+  return done(c, '1')
+end)

@@ -1,0 +1,239 @@
+-- runs.lua: creating, cancelling, terminating, retrying, listing and signalling runs.
+--
+-- Shard functions (contract in common.lua: KEYS[1] shard prefix, ARGV[1..3] clock,
+-- inline-hint namespace, shard number; they return {payload, hints, timer_hint, followups}):
+--   create        ARGV[4..] run_id, workflow, params, owner, has_key ('1'), key, delay,
+--                 start_at ('' none), parent ('' none), rate_key, rate_per_second,
+--                 rate_burst, owner_concurrency ('' none), expires_at ('' none), the error
+--                 to store if it expires, allow_existing ('1': a run with this id and key
+--                 is the one the key's reservation names)
+--                 -> {'created'|'existing', run}
+--   cancel        ARGV[4] run_id -> run            (non-local children become followups)
+--   terminate     ARGV[4] run_id -> run
+--   retry         ARGV[4] run_id -> run
+--   list          ARGV[4..] has_workflow, workflow, status ('' any), has_owner, owner,
+--                 limit -> {run_id, run, ...} newest first
+--   send_signal   ARGV[4..] the signal list key, run_id, name, payload -> ''
+--   child_ended   ARGV[4..] parent_id, child_id -> ''   (a child on another shard ended)
+--   delete_run    ARGV[4] run_id -> '1' deleted, '0' no such run (a live one: STATE)
+-- Plain functions:
+--   idem_reserve  KEYS[1] the key's shard prefix; ARGV[2..] key, then the NewRun (run_id,
+--                 workflow, params, owner, delay, start_at, parent, rate_key,
+--                 rate_per_second, rate_burst, owner_concurrency, expires_at)
+--                 -> {'reserved', {}} or {'exists', reservation fields}
+--   idem_release  KEYS[1] the key's shard prefix; ARGV[2..] key, run_id -> 0|1
+
+local RETRYABLE = {failed = true, cancelled = true, terminated = true, dead = true}
+
+-- Store a new queued run from a[i..i+14] (create's ARGV[4..18]); the id must be free.
+local function insert_run(c, a, i)
+  local id, wf, params, owner = a[i], a[i + 1], a[i + 2], a[i + 3]
+  local has_key, ikey, delay, start_at, parent = a[i + 4], a[i + 5], a[i + 6], a[i + 7], a[i + 8]
+  local fk, fr, fb, fc, ex, xe = a[i + 9], a[i + 10], a[i + 11], a[i + 12], a[i + 13],
+                                 a[i + 14]
+  local seq = redis.call('INCR', c.P .. K.seq)
+  local avail = c.now + tonumber(delay)
+  if start_at ~= '' then avail = tonumber(start_at) end
+  local r = {id = id}
+  local fields = {wf = wf, p = params, ow = owner, ca = fmt(c.now), sq = tostring(seq)}
+  if has_key == '1' then fields.ik = ikey end
+  if parent ~= '' then fields.pa = parent end
+  if fk ~= '' then fields.fk, fields.fr, fields.fb = fk, fr, fb end
+  if fc ~= '' then fields.fc = fc end
+  if ex ~= '' then fields.ex, fields.xe = ex, xe end
+  set_fields(c, r, fields)
+  enqueue(c, r, avail)
+  redis.call('ZADD', c.P .. K.all, fmt(c.now), member(r))
+  if parent ~= '' then
+    if redis.call('EXISTS', c.P .. K.run .. parent) == 1 then
+      redis.call('SADD', c.P .. K.kids .. parent, id)
+    else
+      follow(c, 'add_kid', parent, id)
+    end
+  end
+  return r
+end
+
+register('create', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id, has_key, ikey, parent, allow = argv[4], argv[8], argv[9], argv[12], argv[19]
+  local r = load_run(c, id)
+  if r ~= nil then
+    if (parent ~= '' and r.pa == parent)
+        or (allow == '1' and has_key == '1' and r.ik == ikey) then
+      return done(c, {'existing', dump(c, id)})
+    end
+    fail('STATE', 'a run with id ' .. id .. ' already exists')
+  end
+  insert_run(c, argv, 4)
+  return done(c, {'created', dump(c, id)})
+end)
+
+-- Non-terminal descendants on this shard, parents before children; others followed up.
+local function tree(c, id, out)
+  for _, kid in ipairs(redis.call('SMEMBERS', c.P .. K.kids .. id)) do
+    local k = load_run(c, kid)
+    if k == nil then
+      out.away[#out.away + 1] = kid
+    else
+      if not TERMINAL[k.st] then out.runs[#out.runs + 1] = k end
+      tree(c, kid, out)
+    end
+  end
+end
+
+register('cancel', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id = argv[4]
+  local out = {runs = {require_live(c, id)}, away = {}}
+  tree(c, id, out)
+  for _, t in ipairs(out.runs) do
+    t = load_run(c, t.id)
+    if t.st == 'running' then
+      set_fields(c, t, {cr = '1', ua = fmt(c.now)})
+    elseif not TERMINAL[t.st] then
+      end_run(c, t, 'cancelled', {cr = '1'})
+    end
+  end
+  for _, kid in ipairs(out.away) do follow(c, 'cancel', kid) end
+  return done(c, dump(c, id))
+end)
+
+register('terminate', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id = argv[4]
+  local out = {runs = {require_live(c, id)}, away = {}}
+  tree(c, id, out)
+  for _, t in ipairs(out.runs) do
+    t = load_run(c, t.id)
+    if not TERMINAL[t.st] then
+      local token = redis.call('INCR', c.P .. K.token)
+      end_run(c, t, 'terminated', {tk = tostring(token)})
+    end
+  end
+  for _, kid in ipairs(out.away) do follow(c, 'terminate', kid) end
+  return done(c, dump(c, id))
+end)
+
+register('retry', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id = argv[4]
+  local r = require_run(c, id)
+  if not RETRYABLE[r.st] then
+    fail('STATE', 'run ' .. id .. ' is ' .. r.st
+      .. '; only failed, cancelled, terminated or dead runs can be retried')
+  end
+  -- The step that failed the run runs again: its error entry goes, with its backoff
+  -- entries (stores/rules.py backoff_range) when the failed position is known, else
+  -- the last entry if it is an error.
+  local jkey = c.P .. K.journal .. id
+  local failed = r.fp and tonumber(r.fp)
+  local positions = redis.call('HKEYS', jkey)
+  if failed ~= nil then
+    local low = -(failed * MAX_TRACKED_ATTEMPTS + MAX_TRACKED_ATTEMPTS - 1) - 1
+    local high = -(failed * MAX_TRACKED_ATTEMPTS + 1) - 1
+    for _, p in ipairs(positions) do
+      local n = tonumber(p)
+      if n >= low and n <= high then redis.call('HDEL', jkey, p) end
+    end
+  else
+    for _, p in ipairs(positions) do
+      local n = tonumber(p)
+      if failed == nil or n > failed then failed = n end
+    end
+  end
+  if failed ~= nil then
+    local field = string.format('%d', failed)
+    local stored = redis.call('HGET', jkey, field)
+    if stored and entry_ok(entry_of(stored)) ~= '1' then redis.call('HDEL', jkey, field) end
+  end
+  redis.call('DEL', c.P .. K.done .. id)
+  enqueue(c, r, c.now, {fa = NIL, er = NIL, rs = NIL, cr = NIL, rc = NIL, fp = NIL})
+  return done(c, dump(c, id))
+end)
+
+register('list', function(keys, argv)
+  local c = ctx(keys, argv)
+  local has_wf, wf, status, has_owner, owner = argv[4], argv[5], argv[6], argv[7], argv[8]
+  local limit = tonumber(argv[9])
+  local out, n, start = {}, 0, 0
+  while n < limit do
+    local chunk = redis.call('ZREVRANGE', c.P .. K.all, start, start + 99)
+    if #chunk == 0 then break end
+    for _, m in ipairs(chunk) do
+      local id = member_id(m)
+      local f = redis.call('HMGET', c.P .. K.run .. id, 'wf', 'st', 'ow')
+      if (has_wf ~= '1' or f[1] == wf) and (status == '' or f[2] == status)
+          and (has_owner ~= '1' or f[3] == owner) then
+        out[#out + 1] = id
+        out[#out + 1] = dump(c, id)
+        n = n + 1
+        if n >= limit then break end
+      end
+    end
+    start = start + 100
+  end
+  return done(c, out)
+end)
+
+register('send_signal', function(keys, argv)
+  local c = ctx(keys, argv)
+  local list, id, name, payload = argv[4], argv[5], argv[6], argv[7]
+  local r = require_live(c, id)
+  redis.call('RPUSH', list, payload)
+  redis.call('SADD', c.P .. K.signal_names .. id, name)
+  if r.st == 'waiting' and r.ws == name then enqueue(c, r, c.now) end
+  return done(c, '')
+end)
+
+register('child_ended', function(keys, argv)
+  local c = ctx(keys, argv)
+  local parent, child = argv[4], argv[5]
+  local p = load_run(c, parent)
+  if p ~= nil then
+    redis.call('SADD', c.P .. K.kids_done .. parent, child)
+    if p.st == 'waiting' and p.wc == child then enqueue(c, p, c.now) end
+  end
+  return done(c, '')
+end)
+
+register('delete_run', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id = argv[4]
+  local r = load_run(c, id)
+  if r == nil then return done(c, '0') end
+  if not TERMINAL[r.st] then
+    fail('STATE', 'run ' .. id .. ' is ' .. r.st .. '; only a run that ended can be deleted')
+  end
+  for _, name in ipairs(redis.call('SMEMBERS', c.P .. K.signal_names .. id)) do
+    redis.call('DEL', c.P .. K.signal .. kpart(id) .. ':' .. name)
+  end
+  redis.call('DEL', c.P .. K.run .. id, c.P .. K.journal .. id, c.P .. K.signal_names .. id,
+             c.P .. K.kids .. id, c.P .. K.kids_done .. id, c.P .. K.done .. id)
+  redis.call('ZREM', c.P .. K.all, member(r))
+  if r.pa then
+    if redis.call('EXISTS', c.P .. K.run .. r.pa) == 1 then
+      redis.call('SREM', c.P .. K.kids .. r.pa, id)
+    else
+      follow(c, 'drop_kid', r.pa, id)
+    end
+  end
+  if r.ik then follow(c, 'drop_key', r.ik, id) end
+  return done(c, '1')
+end)
+
+register('idem_reserve', function(keys, argv)
+  local key = keys[1] .. K.idem .. argv[2]
+  local existing = redis.call('HGETALL', key)
+  if #existing > 0 then return {'exists', existing} end
+  redis.call('HSET', key, 'id', argv[3], 'wf', argv[4], 'p', argv[5], 'ow', argv[6],
+             'dl', argv[7], 'sa', argv[8], 'pa', argv[9], 'fk', argv[10], 'fr', argv[11],
+             'fb', argv[12], 'fc', argv[13], 'ex', argv[14])
+  return {'reserved', {}}
+end)
+
+register('idem_release', function(keys, argv)
+  local key = keys[1] .. K.idem .. argv[2]
+  if redis.call('HGET', key, 'id') == argv[3] then return redis.call('DEL', key) end
+  return 0
+end)

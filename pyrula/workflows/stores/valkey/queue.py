@@ -1,0 +1,324 @@
+"""ValkeyStore's worker side: claims across shards, leases, the journal, timers, recovery.
+
+Claiming one workflow: read its hint (the shards with due work; this also clears its
+wake-up list, since this claimer now looks at all of them), then claim on those shards in
+one round trip, the worker's own leased shards first, rotating so that every shard is
+visited in turn: a tenant with a few runs waits about one pass over the shards. On each
+shard the Lua picks owners by deficit round robin (stores/flow.py). A run under flow
+control stops the shard's claim; its rate token and concurrency slot are taken in the
+flow slot, then the claim on that shard continues with the run admitted or its owner
+skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pyrula.workflows.errors import RunNotFound, StoreError
+from pyrula.workflows.records import (
+    JournalEntry,
+    Lease,
+    Outcome,
+    RecoveryReport,
+    RunRecord,
+    Wait,
+)
+from pyrula.workflows.stores.base import RenewResult
+from pyrula.workflows.stores.rules import check_finish_outcome, dead_letter_error
+from pyrula.workflows.stores.valkey.codec import num, pack_entry, text, to_entry, to_run
+from pyrula.workflows.stores.valkey.core import (
+    ValkeyCore,
+    flat_text,
+    lease_of,
+    monotonic,
+    quota,
+    rotate,
+)
+from pyrula.workflows.stores.valkey.runs import nondeterminism
+
+log = logging.getLogger(__name__)
+
+RESYNC_INTERVAL = 30.0
+"""On a cluster, how often a claimer rewrites its workflow's hints from every shard."""
+
+
+class QueueOps(ValkeyCore):
+    """Claims, leases, journal writes, timers and recovery."""
+
+    block_slice: float
+    _owned: dict[str, frozenset[int]]
+    _cursor: dict[str, int]
+    _resynced: dict[str, float]
+    _recover_from: int
+
+    async def _block(self, closed: asyncio.Future[None], *command: Any) -> Any:
+        raise NotImplementedError  # RunOps
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        raise NotImplementedError  # RunOps
+
+    # -- waiting for work --------------------------------------------------------------
+    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
+        names = list(dict.fromkeys(workflows))
+        if not names or timeout <= 0 or self._notifier.closed:
+            return
+        await self._ensure_open()
+        closed = self._notifier.register("close")
+        block = f"{max(0.01, min(timeout, self.block_slice)):.3f}"
+        try:
+            if not self.cluster or len(names) == 1:
+                keys = [self._keys.wake(wf) for wf in names]
+                await self._block(closed, "BLPOP", *keys, block)
+                return
+            waits = [
+                asyncio.ensure_future(self._block(closed, "BLPOP", self._keys.wake(wf), block))
+                for wf in names
+            ]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waits:
+                    task.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+        finally:
+            self._notifier.unregister("close", closed)
+
+    # -- claims ------------------------------------------------------------------------
+    async def claim_runs(
+        self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+    ) -> list[Lease]:
+        if limit <= 0:
+            return []
+        await self._ensure_open()
+        leases: list[Lease] = []
+        for workflow in dict.fromkeys(workflows):
+            if len(leases) >= limit:
+                break
+            await self._note_workflow(workflow)
+            leases += await self._claim_workflow(
+                worker_id, workflow, limit - len(leases), lease_ttl
+            )
+        return leases
+
+    async def _claim_workflow(
+        self, worker_id: str, workflow: str, limit: int, ttl: float
+    ) -> list[Lease]:
+        if self.cluster:
+            await self._resync(workflow)
+        due = flat_text(await self._server.call("hint_read", self._keys.hint(workflow)))
+        shards = sorted(int(due[i]) for i in range(0, len(due), 2))
+        if not shards:
+            return []
+        owned = self._owned.get(worker_id, frozenset())
+        cursor = self._cursor.get(workflow, 0)
+        groups = [
+            rotate([s for s in shards if s in owned], cursor),
+            rotate([s for s in shards if s not in owned], cursor),
+        ]
+        leases: list[Lease] = []
+        for group in groups:
+            open_shards = list(group)
+            while open_shards and len(leases) < limit:
+                remaining = limit - len(leases)
+                each = quota(remaining, len(open_shards))
+                plan: list[tuple[int, int]] = []
+                for shard in open_shards:
+                    n = min(each, remaining - sum(k for _, k in plan))
+                    if n <= 0:
+                        break
+                    plan.append((shard, n))
+                got = await self._claim_on(plan, worker_id, workflow, ttl)
+                self._cursor[workflow] = cursor + len(plan)
+                # A shard that gave fewer than asked is empty (for this claim).
+                full = {
+                    shard for (shard, n), taken in zip(plan, got, strict=False) if len(taken) >= n
+                }
+                for taken in got:
+                    leases += taken
+                visited = {shard for shard, _ in plan}
+                open_shards = [s for s in open_shards if s in full or s not in visited]
+                if not full and all(s in visited for s in open_shards):
+                    break
+        return leases
+
+    async def _claim_on(
+        self, plan: list[tuple[int, int]], worker_id: str, workflow: str, ttl: float
+    ) -> list[list[Lease]]:
+        calls = [
+            (s, self._shard_call("claim", s, workflow, worker_id, str(n), num(ttl), 0, 0, 0))
+            for s, n in plan
+        ]
+        out: list[list[Lease]] = []
+        failure: BaseException | None = None
+        for (shard, n), reply in zip(plan, await self._shards(calls), strict=False):
+            try:
+                if isinstance(reply, BaseException):
+                    raise reply
+                out.append(await self._claim_rest(shard, n, reply, worker_id, workflow, ttl))
+            except StoreError as exc:
+                # Runs claimed on the other shards are returned, not left to lapse.
+                failure = failure or exc
+                out.append([])
+        if failure is not None and not any(out):
+            raise failure
+        if failure is not None:
+            log.warning("a claim on %s failed on some shards: %s", self.url, failure)
+        return out
+
+    async def _claim_rest(
+        self, shard: int, n: int, reply: Any, worker_id: str, workflow: str, ttl: float
+    ) -> list[Lease]:
+        """Finish one shard's claim: pass flow-controlled runs through flow control."""
+        got: list[Lease] = []
+        capped: list[str] = []
+        held: list[str] = []
+        while True:
+            flat, blocked = flat_text(reply)
+            got += [lease_of(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+            if not blocked or len(got) >= n:
+                return got
+            run_id, owner, rate_key = blocked[0], blocked[1], blocked[2]
+            verdict = await self._flow_take(blocked, workflow, ttl)
+            admitted = [run_id] if verdict == "ok" else []
+            if verdict == "cap":
+                capped.append(owner)  # the cap holds all the owner's runs
+            elif verdict == "rate":
+                held += [owner, rate_key]  # runs of other keys behind it may go
+            reply = await self._shard(
+                "claim", shard, workflow, worker_id, str(n - len(got)), num(ttl),
+                str(len(admitted)), *admitted, str(len(capped)), *capped,
+                str(len(held) // 2), *held,
+            )  # fmt: skip
+            if admitted and run_id not in flat_text(reply)[0][::2]:
+                await self._flow_release(workflow, owner, run_id)
+
+    async def _resync(self, workflow: str) -> None:
+        """Rewrite a workflow's hints from every shard now and then (cluster only): a
+        process that died between a shard call and its hint write left a stale hint."""
+        now = monotonic()
+        if now - self._resynced.get(workflow, 0.0) < RESYNC_INTERVAL:
+            return
+        self._resynced[workflow] = now
+        calls = [(s, self._shard_call("sync", s, workflow)) for s in range(self.shard_count)]
+        for reply in await self._shards(calls):
+            if isinstance(reply, BaseException):
+                raise reply
+
+    # -- leases ------------------------------------------------------------------------
+    async def renew_leases(
+        self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float
+    ) -> RenewResult:
+        if not leases:
+            return RenewResult()
+        by_shard: dict[int, list[int]] = {}
+        for index, (run_id, _) in enumerate(leases):
+            by_shard.setdefault(self._keys.shard_of(run_id), []).append(index)
+        calls = [
+            (
+                shard,
+                self._shard_call(
+                    "renew", shard, num(lease_ttl),
+                    *[x for i in indexes for x in (leases[i][0], str(leases[i][1]))],
+                ),
+            )
+            for shard, indexes in by_shard.items()
+        ]  # fmt: skip
+        status: dict[int, str] = {}
+        for (shard, _), reply in zip(calls, await self._shards(calls), strict=False):
+            if isinstance(reply, BaseException):
+                raise reply
+            for index, state in zip(by_shard[shard], flat_text(reply)[0], strict=False):
+                status[index] = state
+        ordered = [(leases[i][0], status[i]) for i in range(len(leases))]
+        return RenewResult(
+            lost=tuple(run_id for run_id, s in ordered if s == "lost"),
+            cancel_requested=tuple(run_id for run_id, s in ordered if s == "cancel"),
+        )
+
+    async def load_journal(self, run_id: str) -> list[JournalEntry]:
+        await self._ensure_open()
+        flat = await self._server.command("HGETALL", self._keys.journal(run_id))
+        items = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=False)
+        entries = [to_entry(run_id, int(text(k)), text(v)) for k, v in items]
+        return sorted(entries, key=lambda e: e.position)
+
+    async def append_journal(self, token: int, entry: JournalEntry) -> bool:
+        reply = flat_text(
+            await self._run_call(
+                "append", entry.run_id, entry.run_id, str(token), str(entry.position),
+                str(entry.attempts), pack_entry(entry),
+            )
+        )  # fmt: skip
+        if reply[0] == "nondet":
+            raise nondeterminism(entry.run_id, entry.position, reply[1], entry)
+        return bool(reply[1] == "1")
+
+    async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
+        check_finish_outcome(outcome)
+        reply = await self._run_call(
+            "finish", run_id, run_id, str(token), outcome.status.value,
+            "0" if outcome.result is None else "1", outcome.result or "",
+            "0" if outcome.error is None else "1", outcome.error or "",
+            "" if outcome.failed_position is None else str(int(outcome.failed_position)),
+        )  # fmt: skip
+        return to_run(run_id, flat_text(reply))
+
+    async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
+        at = "" if available_at is None else num(available_at)
+        await self._run_call("release", run_id, run_id, str(token), at)
+
+    async def set_progress(self, run_id: str, token: int, state: str, info: str) -> None:
+        await self._run_call("set_progress", run_id, run_id, str(token), state, info)
+
+    async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
+        child_here = "1"
+        if wait.child is not None and self._keys.shard_of(wait.child) != self._keys.shard_of(
+            run_id
+        ):
+            child_here = "0"
+            child = await self.get_run(wait.child)
+            if child is None:
+                raise RunNotFound(f"no run with id {wait.child!r} in {self.url}")
+            if child.is_terminal:
+                return False
+        signal_key = "" if wait.signal is None else self._keys.signal(run_id, wait.signal)
+        reply = await self._run_call(
+            "suspend", run_id, signal_key, run_id, str(token),
+            "" if wait.wake_at is None else num(wait.wake_at),
+            "0" if wait.signal is None else "1", wait.signal or "", wait.child or "", child_here,
+        )  # fmt: skip
+        return text(reply) == "1"
+
+    # -- recovery ----------------------------------------------------------------------
+    async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
+        if limit <= 0:
+            return RecoveryReport()
+        await self._ensure_open()
+        requeued: list[str] = []
+        dead: list[str] = []
+        start = self._recover_from
+        self._recover_from = (start + 1) % self.shard_count
+        for step in range(self.shard_count):
+            remaining = limit - len(requeued) - len(dead)
+            if remaining <= 0:
+                break
+            shard = (start + step) % self.shard_count
+            ids, candidates = flat_text(
+                await self._shard("recover", shard, str(max_recoveries), str(remaining))
+            )
+            requeued += ids
+            for i in range(0, len(candidates), 2):
+                run_id, token = candidates[i], candidates[i + 1]
+                run = await self.get_run(run_id)
+                if run is None:
+                    continue
+                error = dead_letter_error(run, max_recoveries)
+                verdict = await self._shard(
+                    "dead_letter", shard, run_id, token, str(max_recoveries), error
+                )
+                if text(verdict) == "1":
+                    dead.append(run_id)
+        return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead))

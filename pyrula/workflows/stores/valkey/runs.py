@@ -1,0 +1,267 @@
+"""ValkeyStore's client-side run operations, signals and child runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pyrula.workflows.errors import (
+    InvalidRunState,
+    NondeterminismError,
+    RunNotFound,
+)
+from pyrula.workflows.records import JournalEntry, NewRun, RunRecord, RunStatus
+from pyrula.workflows.stores.rules import idempotency_conflict, idempotency_matches
+from pyrula.workflows.stores.valkey.codec import (
+    entry_head,
+    new_run_args,
+    new_run_from_reservation,
+    pack_entry,
+    pairs,
+    text,
+    to_run,
+    unpack_entry,
+)
+from pyrula.workflows.stores.valkey.core import ValkeyCore, flat_text, monotonic
+
+
+def nondeterminism(run_id: str, position: int, packed: str, entry: JournalEntry) -> Exception:
+    kind, name, _, _ = unpack_entry(packed)
+    return NondeterminismError(
+        f"run {run_id!r} already recorded {kind} {name!r} at position {position}, "
+        f"not {entry.kind} {entry.name!r}"
+    )
+
+
+class RunOps(ValkeyCore):
+    """Creating, reading, waiting for, cancelling and retrying runs; signals; children."""
+
+    block_slice: float
+
+    # -- create ------------------------------------------------------------------------
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        await self._ensure_open()
+        await self._note_workflow(new.workflow)
+        if new.idempotency_key is None:
+            return (await self._insert(new, allow_existing=False))[0], True
+        return await self._create_keyed(new, new.idempotency_key)
+
+    async def _insert(self, new: NewRun, *, allow_existing: bool) -> tuple[RunRecord, bool]:
+        payload = flat_text(
+            await self._run_call(
+                "create", new.run_id, *new_run_args(new), "1" if allow_existing else "0"
+            )
+        )
+        return to_run(new.run_id, payload[1]), payload[0] == "created"
+
+    async def _create_keyed(self, new: NewRun, key: str) -> tuple[RunRecord, bool]:
+        """Reserve the key in its own shard, then create the run in the run's shard.
+
+        The reservation holds the whole NewRun, so a creation left halfway (a process
+        dying between the two calls) is finished by the next caller with that key.
+        """
+        reserved = await self._reserve(new, key)
+        if reserved is None:
+            return await self._create_reserved(new, key), True
+        return await self._existing_for(reserved, new, key), False
+
+    async def _reserve(self, new: NewRun, key: str) -> NewRun | None:
+        """Take ``key`` for ``new``: None if taken now, else the NewRun holding it (after
+        checking it is the same request: IdempotencyConflict otherwise)."""
+        args = new_run_args(new)
+        reservation = [key, args[0], *args[1:4], *args[6:14]]
+        shard = self._keys.shard(self._keys.shard_of_key(key))
+        verdict, fields = await self._server.call("idem_reserve", shard, *reservation)
+        if text(verdict) == "reserved":
+            return None
+        holder = new_run_from_reservation(key, pairs(fields))
+        if holder.workflow != new.workflow or holder.params != new.params:
+            existing = await self.get_run(holder.run_id) or await self._existing_for(
+                holder, holder, key
+            )
+            raise idempotency_conflict(key, existing, new)
+        return holder
+
+    async def _create_reserved(self, new: NewRun, key: str) -> RunRecord:
+        try:
+            return (await self._insert(new, allow_existing=True))[0]
+        except InvalidRunState:
+            await self._release_key(new, key)
+            raise
+
+    async def _release_key(self, new: NewRun, key: str) -> None:
+        shard = self._keys.shard(self._keys.shard_of_key(key))
+        await self._server.call("idem_release", shard, key, new.run_id)
+
+    async def _existing_for(self, holder: NewRun, new: NewRun, key: str) -> RunRecord:
+        """The run a taken key names, created from its reservation if it is not yet."""
+        existing = await self.get_run(holder.run_id)
+        if existing is None:
+            existing, _ = await self._insert(holder, allow_existing=True)
+        if not idempotency_matches(existing, new):
+            raise idempotency_conflict(key, existing, new)
+        return existing
+
+    # -- read --------------------------------------------------------------------------
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        await self._ensure_open()
+        flat = await self._server.command("HGETALL", self._keys.run(run_id))
+        if not flat:
+            return None
+        return to_run(run_id, _hash(flat))
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        if limit <= 0:
+            return []
+        args = (
+            "0" if workflow is None else "1",
+            workflow or "",
+            "" if status is None else status.value,
+            "0" if owner is None else "1",
+            owner or "",
+            str(limit),
+        )
+        calls = [(s, self._shard_call("list", s, *args)) for s in range(self.shard_count)]
+        found: list[tuple[float, int, RunRecord]] = []
+        for reply in await self._shards(calls):
+            if isinstance(reply, BaseException):
+                raise reply
+            flat = flat_text(reply)
+            for i in range(0, len(flat), 2):
+                fields = pairs(flat[i + 1])
+                run = to_run(flat[i], fields)
+                found.append((run.created_at, int(fields["sq"]), run))
+        found.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        return [run for _, _, run in found[:limit]]
+
+    async def delete_run(self, run_id: str) -> bool:
+        return text(await self._run_call("delete_run", run_id, run_id)) == "1"
+
+    async def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
+        deadline = None if timeout is None else monotonic() + timeout
+        closed = self._notifier.register("close")
+        try:
+            while True:
+                run = await self.get_run(run_id)
+                if run is None:
+                    raise RunNotFound(f"no run with id {run_id!r} in {self.url}")
+                remaining = None if deadline is None else deadline - monotonic()
+                if run.is_terminal or self._notifier.closed:
+                    return run
+                if remaining is not None and remaining <= 0:
+                    return run
+                block = self.block_slice if remaining is None else min(remaining, self.block_slice)
+                done = self._keys.done(run_id)
+                # Every waiter rotates the list in place, so one push wakes them all.
+                await self._block(closed, "BLMOVE", done, done, "RIGHT", "LEFT", _secs(block))
+        finally:
+            self._notifier.unregister("close", closed)
+
+    async def _block(self, closed: asyncio.Future[None], *command: Any) -> Any:
+        """Run a blocking command (its timeout last) unless close() comes first (then it
+        is abandoned)."""
+        block = float(command[-1])
+        task = asyncio.ensure_future(self._server.command(*command, block=block))
+        try:
+            await asyncio.wait([task, closed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        return None if task.cancelled() else task.result()
+
+    # -- control -----------------------------------------------------------------------
+    async def cancel_run(self, run_id: str) -> RunRecord:
+        return to_run(run_id, flat_text(await self._run_call("cancel", run_id, run_id)))
+
+    async def terminate_run(self, run_id: str) -> RunRecord:
+        return to_run(run_id, flat_text(await self._run_call("terminate", run_id, run_id)))
+
+    async def retry_run(self, run_id: str) -> RunRecord:
+        return to_run(run_id, flat_text(await self._run_call("retry", run_id, run_id)))
+
+    # -- signals -----------------------------------------------------------------------
+    async def send_signal(self, run_id: str, name: str, payload: str) -> None:
+        await self._run_call(
+            "send_signal", run_id, self._keys.signal(run_id, name), run_id, name, payload
+        )
+
+    async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
+        run_id = entry.run_id
+        reply = flat_text(
+            await self._run_call(
+                "consume_signal",
+                run_id,
+                self._keys.signal(run_id, entry.name),
+                run_id,
+                str(token),
+                str(entry.position),
+                str(entry.attempts),
+                entry_head(entry.kind, entry.name),
+                "1" if entry.ok else "0",
+            )
+        )
+        verdict = reply[0]
+        if verdict == "consumed":
+            return str(reply[1])
+        if verdict == "journaled":
+            return unpack_entry(reply[1])[3]
+        if verdict == "nondet":
+            raise nondeterminism(run_id, entry.position, reply[1], entry)
+        return None
+
+    # -- child runs --------------------------------------------------------------------
+    async def start_child(self, token: int, entry: JournalEntry, child: NewRun) -> RunRecord:
+        parent = entry.run_id
+        head = (str(token), str(entry.position))
+        if (
+            self._keys.shard_of(child.run_id) == self._keys.shard_of(parent)
+            and child.idempotency_key is None
+        ):
+            await self._note_workflow(child.workflow)
+            reply = flat_text(
+                await self._run_call(
+                    "start_child",
+                    parent,
+                    parent,
+                    *head,
+                    str(entry.attempts),
+                    pack_entry(entry),
+                    *new_run_args(child),
+                )
+            )
+            if reply[0] == "nondet":
+                raise nondeterminism(parent, entry.position, reply[1], entry)
+            return to_run(child.run_id, reply[1])
+        # The child lives on another shard: check, create it, then journal the start.
+        packed = pack_entry(entry)
+        reply = flat_text(await self._run_call("check_entry", parent, parent, *head, packed))
+        if reply[0] == "nondet":
+            raise nondeterminism(parent, entry.position, reply[1], entry)
+        record, _ = await self.create_run(child)
+        reply = flat_text(
+            await self._run_call(
+                "append_child", parent, parent, *head, str(entry.attempts), packed, child.run_id
+            )
+        )
+        if reply[0] == "nondet":
+            raise nondeterminism(parent, entry.position, reply[1], entry)
+        return record
+
+
+def _hash(flat: Any) -> dict[str, str]:
+    """HGETALL's reply (a dict from valkey-py, or a flat list) as str -> str."""
+    if isinstance(flat, dict):
+        return {text(k): text(v) for k, v in flat.items()}
+    return pairs(flat)
+
+
+def _secs(seconds: float) -> str:
+    return f"{max(seconds, 0.01):.3f}"

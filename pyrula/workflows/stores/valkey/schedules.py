@@ -1,0 +1,176 @@
+"""ValkeyStore's schedules (one namespace-wide slot) and worker heartbeats."""
+
+from __future__ import annotations
+
+import json
+
+from pyrula.workflows.records import NewRun, RunRecord, ScheduleRecord, WorkerInfo
+from pyrula.workflows.stores.valkey.codec import num, schedule_fields, text, to_schedule
+from pyrula.workflows.stores.valkey.core import ValkeyCore
+
+
+class ScheduleOps(ValkeyCore):
+    """Schedules, fired with a compare-and-set on their next slot; heartbeats."""
+
+    async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        raise NotImplementedError  # RunOps
+
+    async def _reserve(self, new: NewRun, key: str) -> NewRun | None:
+        raise NotImplementedError  # RunOps
+
+    async def _release_key(self, new: NewRun, key: str) -> None:
+        raise NotImplementedError  # RunOps
+
+    async def _create_reserved(self, new: NewRun, key: str) -> RunRecord:
+        raise NotImplementedError  # RunOps
+
+    async def _existing_for(self, holder: NewRun, new: NewRun, key: str) -> RunRecord:
+        raise NotImplementedError  # RunOps
+
+    async def create_schedule(
+        self, schedule: ScheduleRecord, *, replace: bool = False
+    ) -> ScheduleRecord:
+        await self._ensure_open()
+        reply = await self._server.call(
+            "sched_create",
+            self._keys.sched,
+            schedule.schedule_id,
+            "1" if replace else "0",
+            "1" if schedule.enabled else "0",
+            num(schedule.next_fire_at),
+            "0" if schedule.last_fire_at is None else "1",
+            "" if schedule.last_fire_at is None else num(schedule.last_fire_at),
+            *schedule_fields(schedule),
+        )
+        return to_schedule(reply)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        await self._ensure_open()
+        flat = await self._server.command("HGETALL", self._keys.schedule(schedule_id))
+        if not flat:
+            return None
+        if isinstance(flat, dict):
+            flat = [x for pair in flat.items() for x in pair]
+        return to_schedule(flat)
+
+    async def list_schedules(self, *, workflow: str | None = None) -> list[ScheduleRecord]:
+        await self._ensure_open()
+        records = [to_schedule(f) for f in await self._server.call("sched_list", self._keys.sched)]
+        return [r for r in records if workflow is None or r.workflow == workflow]
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        *,
+        enabled: bool | None = None,
+        params: str | None = None,
+        next_fire_at: float | None = None,
+    ) -> ScheduleRecord:
+        await self._ensure_open()
+        reply = await self._server.call(
+            "sched_update",
+            self._keys.sched,
+            schedule_id,
+            "" if enabled is None else ("1" if enabled else "0"),
+            "0" if params is None else "1",
+            params or "",
+            "" if next_fire_at is None else num(next_fire_at),
+        )
+        return to_schedule(reply)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        await self._ensure_open()
+        return bool(await self._server.call("sched_delete", self._keys.sched, schedule_id))
+
+    async def due_schedules(self, limit: int) -> list[ScheduleRecord]:
+        if limit <= 0:
+            return []
+        await self._ensure_open()
+        flat = await self._server.call("sched_due", self._keys.sched, str(limit))
+        return [to_schedule(f) for f in flat]
+
+    async def next_schedule_at(self) -> float | None:
+        await self._ensure_open()
+        first = await self._server.command(
+            "ZRANGE", self._keys.schedules_by_time, 0, 0, "WITHSCORES"
+        )
+        if not first:
+            return None
+        item = first[0]
+        return float(item[1]) if isinstance(item, (list, tuple)) else float(text(first[1]))
+
+    async def fire_schedule(
+        self,
+        schedule_id: str,
+        expected_next: float,
+        fired_slot: float,
+        next_fire_at: float,
+        run: NewRun,
+    ) -> RunRecord | None:
+        """Compare-and-set the schedule's next slot, then create the run (its idempotency
+        key names schedule and slot). The two live in different slots: a process dying
+        between them loses that one slot, never fires it twice."""
+        await self._ensure_open()
+        await self._note_workflow(run.workflow)
+        key = run.idempotency_key
+        # Take the slot's key first: a conflicting run fails the fire before it moves.
+        holder = None if key is None else await self._reserve(run, key)
+        moved = await self._server.call(
+            "sched_fire",
+            self._keys.sched,
+            schedule_id,
+            num(expected_next),
+            num(fired_slot),
+            num(next_fire_at),
+        )
+        if not int(moved):
+            if key is not None and holder is None:
+                await self._release_key(run, key)
+            return None
+        if key is None:
+            return (await self.create_run(run))[0]
+        if holder is None:
+            return await self._create_reserved(run, key)
+        return await self._existing_for(holder, run, key)
+
+    # -- workers -----------------------------------------------------------------------
+    async def heartbeat(self, info: WorkerInfo) -> None:
+        await self._ensure_open()
+        body = json.dumps(
+            {
+                "workflows": list(info.workflows),
+                "hostname": info.hostname,
+                "pid": info.pid,
+                "started_at": info.started_at,
+                "running": info.running,
+            },
+            ensure_ascii=False,
+        )
+        await self._server.call(
+            "heartbeat", self._keys.workers, self._keys.workers_seq, info.worker_id, body
+        )
+
+    async def remove_worker(self, worker_id: str) -> None:
+        await self._ensure_open()
+        await self._server.command("HDEL", self._keys.workers, worker_id)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        await self._ensure_open()
+        flat = await self._server.command("HGETALL", self._keys.workers)
+        items = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=False)
+        found: list[tuple[float, int, WorkerInfo]] = []
+        for worker_id, stored in items:
+            last_seen, seq, body = text(stored).split("|", 2)
+            data = json.loads(body)
+            info = WorkerInfo(
+                worker_id=text(worker_id),
+                workflows=tuple(data["workflows"]),
+                hostname=data["hostname"],
+                pid=data["pid"],
+                started_at=data["started_at"],
+                last_seen=float(last_seen),
+                running=data["running"],
+            )
+            found.append((-info.last_seen, int(seq), info))
+        found.sort(key=lambda item: (item[0], item[1]))
+        return [info for _, _, info in found]

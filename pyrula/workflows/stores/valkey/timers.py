@@ -1,0 +1,114 @@
+"""ValkeyStore's timers: waking sleeping and waiting runs, and when work is next due.
+
+Both start from the hints (``ns:{ns:timers}:d``: shard -> its earliest timer, and each
+workflow's ``d``/``t`` zsets), so an idle namespace costs one read, not one per shard.
+``next_due_at`` then asks the shards that may have work (their hint is due, or holds
+queued runs) for the exact answer: future queued runs whose owner is under its
+concurrency cap, owner heads waiting for a rate token, future timers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyrula.workflows.stores.flow import next_token_at, refill
+from pyrula.workflows.stores.valkey.codec import text
+from pyrula.workflows.stores.valkey.connection import Call
+from pyrula.workflows.stores.valkey.core import ValkeyCore, flat_text, parse_bucket
+
+
+class TimerOps(ValkeyCore):
+    """fire_timers and next_due_at."""
+
+    async def fire_timers(self, limit: int) -> int:
+        if limit <= 0:
+            return 0
+        await self._ensure_open()
+        due = flat_text(await self._server.call("timer_due", self._keys.timer_hint))
+        fired = 0
+        for shard, _ in sorted(scored(due), key=lambda item: item[1]):
+            if fired >= limit:
+                break
+            fired += int(text(await self._shard("fire", shard, str(limit - fired))))
+        return fired
+
+    async def next_due_at(self, workflows: Sequence[str]) -> float | None:
+        names = list(dict.fromkeys(workflows))
+        if not names:
+            return None
+        await self._ensure_open()
+        now = await self.now()
+        times: list[float] = []
+        probe: set[int] = set()
+        for wf in names:
+            hint = self._keys.hint(wf)
+            for suffix in ("d", "t"):
+                flat = await self._server.command("ZRANGE", hint + suffix, 0, -1, "WITHSCORES")
+                for shard, score in scored(flat):
+                    if suffix == "t" and score > now:
+                        times.append(score)
+                    else:
+                        probe.add(shard)
+        if probe:
+            calls = [(s, self._shard_call("next_due", s, *names)) for s in sorted(probe)]
+            times += await self._probe_due(calls, names, now)
+        return min((t for t in times if t > now), default=None)
+
+    async def _probe_due(
+        self, calls: list[tuple[int, Call]], names: list[str], now: float
+    ) -> list[float]:
+        times: list[float] = []
+        capped: list[tuple[float, str, str, int]] = []
+        heads: list[tuple[float, str, str, str, float, float, int | None]] = []
+        for reply in await self._shards(calls):
+            if isinstance(reply, BaseException):
+                raise reply
+            for wf, (future, timer, rate_heads, caps) in zip(names, flat_text(reply), strict=False):
+                times += [float(x) for x in (future, timer) if x]
+                for i in range(0, len(caps), 3):
+                    capped.append((float(caps[i]), wf, caps[i + 1], int(caps[i + 2])))
+                for i in range(0, len(rate_heads), 6):
+                    at, owner, key, per, burst, cap = rate_heads[i : i + 6]
+                    heads.append(
+                        (
+                            float(at),
+                            wf,
+                            owner,
+                            key,
+                            float(per),
+                            float(burst),
+                            int(cap) if cap else None,
+                        )
+                    )
+        if not capped and not heads:
+            return times
+        groups = sorted(
+            {(wf, owner) for _, wf, owner, _ in capped}
+            | {(h[1], h[2]) for h in heads if h[6] is not None}
+        )
+        rate_keys = sorted({h[3] for h in heads})
+        counts, buckets = flat_text(
+            await self._server.call(
+                "flow_state", self._keys.flow, str(len(groups)),
+                *[self._keys.concurrency(wf, owner) for wf, owner in groups], *rate_keys,
+            )
+        )  # fmt: skip
+        running = {g: int(c) for g, c in zip(groups, counts, strict=False)}
+        bucket = dict(zip(rate_keys, buckets, strict=False))
+        for at, wf, owner, cap in capped:
+            if running.get((wf, owner), 0) < cap:
+                times.append(at)
+        for at, wf, owner, key, per, burst, cap_ in heads:
+            if cap_ is not None and running.get((wf, owner), 0) >= cap_:
+                continue
+            state = refill(parse_bucket(bucket.get(key, "")), now, per, burst)
+            times.append(max(at, next_token_at(state, per)))
+        return times
+
+
+def scored(flat: Any) -> list[tuple[int, float]]:
+    """A ZRANGE ... WITHSCORES reply as (shard, score) pairs."""
+    if flat and isinstance(flat[0], (list, tuple)):
+        return [(int(text(m)), float(s)) for m, s in flat]
+    return [(int(text(flat[i])), float(text(flat[i + 1]))) for i in range(0, len(flat), 2)]

@@ -1,0 +1,134 @@
+"""ValkeyStore settings, URLs and start-up checks: bad input is refused early and clearly."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyrula.workflows import ConfigurationError, StoreUnavailable, open_store
+from pyrula.workflows.stores.valkey import ValkeyStore
+from pyrula.workflows.stores.valkey.clients import mask_url
+from pyrula.workflows.stores.valkey.keys import TOMBSTONE, Keys
+from tests.valkey.servers import ValkeyProcess, free_port, fresh_namespace
+
+from .conftest import MakeStore
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    ["", "Staging", "a:b", "a{b}", "_pyrula", "-x", "has space", "ü", "x" * 65, "a.b"],
+)
+def test_bad_namespaces_are_refused(namespace: str) -> None:
+    with pytest.raises(ConfigurationError, match="namespace"):
+        ValkeyStore("redis://127.0.0.1:1", namespace=namespace)
+
+
+@pytest.mark.parametrize("namespace", ["default", "run", "meta", "cache", "a", "x-1_y", "9"])
+def test_namespaces_equal_to_key_families_are_fine(namespace: str) -> None:
+    store = ValkeyStore("redis://127.0.0.1:1", namespace=namespace)
+    assert store.namespace == namespace
+
+
+def test_no_two_namespaces_share_a_key() -> None:
+    """A key's namespace is the text before its first ':', whatever the names."""
+    names = ["a", "a-b", "ab", "run", "r", "meta", "default"]
+    for ns in names:
+        keys = Keys(ns, 4)
+        spelled = [
+            keys.run("x"), keys.journal("run:x"), keys.signal("a:b", "c"), keys.meta,
+            keys.workers, keys.hint("wf"), keys.timer_hint, keys.sched, keys.flow,
+            keys.leases, keys.concurrency("wf", "o"), keys.idem("k"), keys.done("r"),
+        ]  # fmt: skip
+        assert all(key.split(":", 1)[0] == ns for key in spelled), spelled
+    assert TOMBSTONE.split(":", 1)[0] == "_pyrula"
+
+
+def test_namespace_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYRULA_VALKEY_NAMESPACE", raising=False)
+    assert ValkeyStore("redis://127.0.0.1:1").namespace == "default"
+    monkeypatch.setenv("PYRULA_VALKEY_NAMESPACE", "staging")
+    assert ValkeyStore("redis://127.0.0.1:1").namespace == "staging"
+    assert ValkeyStore("redis://127.0.0.1:1", namespace="prod").namespace == "prod"
+    monkeypatch.setenv("PYRULA_VALKEY_NAMESPACE", "Bad:Name")
+    with pytest.raises(ConfigurationError):
+        ValkeyStore("redis://127.0.0.1:1")
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True, "64"])
+def test_bad_shard_counts(count: object) -> None:
+    with pytest.raises(ConfigurationError, match="shard_count"):
+        ValkeyStore("redis://127.0.0.1:1", shard_count=count)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("ttl", "interval"), [(30, 30), (10, 20), (5, 0), (0, 0)])
+def test_lease_interval_must_be_shorter_than_its_ttl(ttl: float, interval: float) -> None:
+    with pytest.raises(ConfigurationError, match="shard_lease"):
+        ValkeyStore("redis://127.0.0.1:1", shard_lease_ttl=ttl, shard_lease_interval=interval)
+
+
+def test_defaults() -> None:
+    store = ValkeyStore()
+    assert (store.shard_count, store.cluster) == (64, False)
+    assert (store.shard_lease_ttl, store.shard_lease_interval) == (30.0, 10.0)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss", "valkey", "valkeys"])
+def test_open_store_maps_valkey_urls(scheme: str) -> None:
+    store = open_store(f"{scheme}://127.0.0.1:6390/0?namespace=staging&shard_count=8")
+    assert isinstance(store, ValkeyStore)
+    assert store.namespace == "staging" and store.shard_count == 8
+    assert store.url == f"{scheme}://127.0.0.1:6390/0"
+
+
+def test_open_store_unix_socket_and_cluster_options() -> None:
+    store = open_store("unix:///tmp/valkey.sock?namespace=n1")
+    assert isinstance(store, ValkeyStore) and store.namespace == "n1"
+    store = open_store(
+        "redis://h:1?cluster=true&shard_lease_ttl=9&shard_lease_interval=3&socket_timeout=4"
+    )
+    assert isinstance(store, ValkeyStore) and store.cluster
+    assert (store.shard_lease_ttl, store.shard_lease_interval) == (9.0, 3.0)
+    with pytest.raises(ConfigurationError, match="shard_count"):
+        open_store("redis://h:1?shard_count=many")
+
+
+def test_passwords_are_masked() -> None:
+    url = "redis://user:s3cret@127.0.0.1:6379/0"
+    assert mask_url(url) == "redis://user:***@127.0.0.1:6379/0"
+    assert mask_url("redis://:s3cret@h:1") == "redis://:***@h:1"
+    store = ValkeyStore(url)
+    assert "s3cret" not in store.url and "s3cret" not in repr(store)
+
+
+async def test_server_down_at_start_names_the_url() -> None:
+    port = free_port()  # nothing listens here
+    store = ValkeyStore(f"redis://user:s3cret@127.0.0.1:{port}", namespace=fresh_namespace())
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.open()
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message and "***" in message and "s3cret" not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    with pytest.raises(StoreUnavailable):  # any operation opens first, the same way
+        await store.get_run("r1")
+    await store.close()
+
+
+async def test_an_evicting_server_is_refused() -> None:
+    server = ValkeyProcess("--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+    server.start()
+    try:
+        store = ValkeyStore(server.url, namespace=fresh_namespace())
+        with pytest.raises(ConfigurationError, match="allkeys-lru"):
+            await store.open()
+        await store.close()
+    finally:
+        server.cleanup()
+
+
+async def test_shard_count_mismatch_is_refused(make_store: MakeStore, topology: str) -> None:
+    first = await make_store(topology, shard_count=8)
+    with pytest.raises(ConfigurationError, match="shard_count=8"):
+        await make_store(topology, namespace=first.namespace, shard_count=16)
+    same = await make_store(topology, namespace=first.namespace, shard_count=8)
+    assert same.shard_count == 8
+    # Another namespace on the same server may pick its own count.
+    await make_store(topology, shard_count=16)

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from pyrula.cli.init import init_command
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
 from pyrula.cli.worker import worker_command
@@ -31,6 +32,7 @@ def cli() -> None:
 
 
 cli.add_command(worker_command)
+cli.add_command(init_command)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
 

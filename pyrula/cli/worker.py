@@ -23,12 +23,13 @@ import sys
 import textwrap
 import time
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
+from pyrula.cli import app_loader
 from pyrula.cli.logging_setup import LEVELS, configure_logging
 from pyrula.cli.render import CliError, CliUsageError, mask_url
 from pyrula.workflows import (
@@ -182,11 +183,10 @@ def import_workflow_modules(names: Iterable[str]) -> None:
     "-w",
     "modules",
     multiple=True,
-    required=True,
     metavar="MODULE",
     help="Import MODULE (dotted name, importable from the current directory) so its "
     "@workflow functions register. Repeat for more modules. The worker serves every "
-    "workflow registered in the process.",
+    "workflow registered in the process. Required unless -A/--app is given.",
 )
 @click.option(
     "--store",
@@ -206,6 +206,7 @@ def import_workflow_modules(names: Iterable[str]) -> None:
     help="Log records at this level and above go to stderr.",
 )
 @worker_option_flags
+@app_loader.celery_worker_flags
 def worker_command(
     modules: tuple[str, ...], store_url: str | None, loglevel: str, **values: Any
 ) -> None:
@@ -215,14 +216,24 @@ def worker_command(
     --shutdown-grace seconds, requeues the rest and exits 0. A second signal exits at
     once (code 1); runs still in flight then wait for their lease to expire.
     """
-    configure_logging(loglevel)
+    loaded = app_loader.load(values, loglevel) if values.get("celery_app") else None
+    if loaded is None:
+        if not modules:
+            raise CliUsageError("give --workflow MODULE (or -A APP for a Celery app)")
+        configure_logging(loglevel)
     options = options_from_params(values)
     try:
-        store = open_store(store_url)
+        store = open_store(store_url or (loaded.store_url if loaded else None))
     except ConfigurationError as exc:
         raise CliUsageError(str(exc)) from None
     import_workflow_modules(modules)
-    worker = WorkflowWorker(store=store, options=options)
+    if loaded is not None:
+        app_loader.merge_default_registry(loaded.app)
+        for note in loaded.notes:
+            click.echo(note, err=True)
+    worker = WorkflowWorker(
+        store=store, options=options, registry=loaded.registry if loaded else None
+    )
     names = sorted(d.name for d in worker.workflows)
     if not names:
         raise CliUsageError(
@@ -233,14 +244,22 @@ def worker_command(
         f"on {mask_url(store.url)}, up to {options.max_concurrent_runs} runs at once"
     )
     try:
-        asyncio.run(_serve(worker, banner))
+        asyncio.run(_serve(worker, banner, loaded.on_start if loaded else None))
     except PyrulaError as exc:
         raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
+    finally:
+        if loaded is not None:
+            loaded.on_stop()
 
 
-async def _serve(worker: WorkflowWorker, banner: str) -> None:
-    """Open the store, print ``banner``, run ``worker`` with SIGTERM/SIGINT wired to a
-    graceful stop, and close the store after."""
+async def _serve(
+    worker: WorkflowWorker,
+    banner: str,
+    on_start: Callable[[Any], Awaitable[None]] | None = None,
+) -> None:
+    """Open the store, run ``on_start(store)`` (a Celery app's start-up), print
+    ``banner``, run ``worker`` with SIGTERM/SIGINT wired to a graceful stop, and close
+    the store after."""
     loop = asyncio.get_running_loop()
     received: list[float] = []
 
@@ -276,6 +295,8 @@ async def _serve(worker: WorkflowWorker, banner: str) -> None:
             signal.signal(stop_signal, lambda sig, _frame: on_signal(sig))
     try:
         await worker.store.open()
+        if on_start is not None:
+            await on_start(worker.store)
         click.echo(banner)
         await worker.run()
     finally:

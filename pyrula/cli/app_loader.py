@@ -1,0 +1,198 @@
+"""``pyrula worker -A proj``: find a Celery app (``pyrula_compat``) and serve it.
+
+``-A`` takes what ``celery -A`` takes: ``proj`` (its ``app`` or ``celery`` attribute,
+else its ``proj.celery`` module's app, else any app in the module), ``proj.module``,
+``proj.module:attr`` or ``proj.module.attr``. The worker then serves every task of the
+app on the app's store (its broker URL) unless ``--store`` names another. Celery-only
+flags are accepted so deployment scripts keep working, each with a one-line note of
+what pyrula does instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeVar
+
+import click
+
+from pyrula.cli.logging_setup import configure_logging
+from pyrula.cli.render import CliUsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CELERY_ONLY_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
+    (("-Q", "--queues"), "celery_queues", False,
+     "-Q: pyrula has one queue per store; every worker serves every task it imports"),
+    (("-X", "--exclude-queues"), "celery_exclude_queues", False,
+     "-X: pyrula has no queues to exclude"),
+    (("-B", "--beat"), "celery_beat", True,
+     "-B: not needed; every pyrula worker fires the beat_schedule entries, each slot once"),
+    (("-P", "--pool"), "celery_pool", False,
+     "--pool: pyrula runs task bodies on threads of one process (scale with -c or more "
+     "workers)"),
+    (("-E", "--task-events"), "celery_events", True,
+     "-E: no event stream; use `pyrula runs list` to see tasks"),
+    (("-O",), "celery_optimization", False, "-O: pyrula never prefetches; it claims one "
+     "task per free slot"),
+    (("-n", "--hostname"), "celery_hostname", False, ""),
+    (("--autoscale",), "celery_autoscale", False, "--autoscale: use -c/--max-concurrent-runs"),
+    (("--max-tasks-per-child",), "celery_max_tasks_per_child", False,
+     "--max-tasks-per-child: no child processes to recycle"),
+    (("--max-memory-per-child",), "celery_max_memory_per_child", False,
+     "--max-memory-per-child: no child processes to recycle"),
+    (("--prefetch-multiplier",), "celery_prefetch", False,
+     "--prefetch-multiplier: pyrula never prefetches"),
+    (("--without-gossip",), "celery_without_gossip", True, ""),
+    (("--without-mingle",), "celery_without_mingle", True, ""),
+    (("--without-heartbeat",), "celery_without_heartbeat", True, ""),
+    (("--time-limit",), "celery_time_limit", False,
+     "--time-limit: set task_time_limit in the app's settings"),
+    (("--soft-time-limit",), "celery_soft_time_limit", False,
+     "--soft-time-limit: set task_soft_time_limit in the app's settings"),
+    (("-S", "--scheduler"), "celery_scheduler", False,
+     "--scheduler: schedules live in the store (`pyrula schedules`)"),
+)  # fmt: skip
+
+
+def celery_worker_flags(command: F) -> F:
+    """Add ``-A/--app`` and the accepted Celery-only flags to the worker command."""
+    for names, dest, is_flag, _note in reversed(CELERY_ONLY_FLAGS):
+        if is_flag:
+            command = click.option(*names, dest, is_flag=True, default=False, hidden=True)(command)
+        else:
+            command = click.option(*names, dest, default=None, hidden=True)(command)
+    command = click.option(
+        "--celery-alias",
+        "celery_alias",
+        is_flag=True,
+        default=False,
+        help="Make `import celery` load pyrula_compat in this process (only when Celery "
+        "itself is not installed), so third-party code that imports celery sees the app.",
+    )(command)
+    return click.option(
+        "--app",
+        "-A",
+        "celery_app",
+        metavar="APP",
+        default=None,
+        help="Serve a Celery app built with pyrula_compat, found as `celery -A` finds it "
+        "(proj, proj.celery, proj.celery:app); its broker URL picks the store.",
+    )(command)
+
+
+def celery_notes(values: Mapping[str, Any]) -> list[str]:
+    """One line per Celery-only flag that was given."""
+    notes = []
+    for names, dest, _is_flag, note in CELERY_ONLY_FLAGS:
+        if values.get(dest) and note:
+            notes.append(f"note: {names[0]} accepted, no effect. {note}")
+    return notes
+
+
+def _import(name: str) -> ModuleType:
+    return importlib.import_module(name)
+
+
+def find_app(spec: str) -> Any:
+    """The Celery app ``spec`` names, found the way ``celery -A`` finds it."""
+    from pyrula_compat import Celery
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    module_name, _, attr = spec.partition(":")
+    try:
+        symbol: Any = _import(module_name)
+    except ModuleNotFoundError as exc:
+        parent, _, last = module_name.rpartition(".")
+        if not parent or exc.name != module_name:
+            raise
+        symbol = getattr(_import(parent), last)
+    if attr:
+        symbol = getattr(symbol, attr)
+    if isinstance(symbol, Celery):
+        return symbol
+    if not isinstance(symbol, ModuleType):
+        raise CliUsageError(f"-A {spec}: {symbol!r} is not a Celery app")
+    for name in ("app", "celery"):
+        found = getattr(symbol, name, None)
+        if isinstance(found, Celery):
+            return found
+    if getattr(symbol, "__path__", None) and not attr:
+        try:
+            return find_app(f"{module_name}.celery")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{module_name}.celery":
+                raise
+    for suspect in vars(symbol).values():
+        if isinstance(suspect, Celery):
+            return suspect
+    raise CliUsageError(f"-A {spec}: no Celery app found in module {symbol.__name__}")
+
+
+@dataclass
+class LoadedApp:
+    """A Celery app ready to serve: its setup hooks, registry and store URL."""
+
+    app: Any
+    setup: Any
+    store_url: str | None
+    notes: list[str]
+
+    @property
+    def registry(self) -> Any:
+        return self.app.registry
+
+    async def on_start(self, store: Any) -> None:
+        await self.setup.on_start(store)
+
+    def on_stop(self) -> None:
+        self.setup.on_stop()
+
+
+def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
+    """Find and prepare the app named by ``-A``; set up logging; fill defaults (the
+    app's ``worker_concurrency`` for ``-c``) into ``values``."""
+    if values.get("celery_alias"):
+        from pyrula_compat.alias import install
+
+        install()
+    from pyrula_compat.exceptions import ImproperlyConfigured
+    from pyrula_compat.worker import AppWorker
+
+    spec = values["celery_app"]
+    try:
+        app = find_app(spec)
+    except CliUsageError:
+        raise
+    except Exception as exc:  # whatever the project raises while importing
+        raise CliUsageError(
+            f"-A {spec}: cannot load the app: {type(exc).__name__}: {exc}"
+        ) from None
+    setup = AppWorker(app, hostname=values.get("celery_hostname"))
+    if not setup.setup_logging(loglevel):
+        configure_logging(loglevel)
+    try:
+        setup.prepare()
+        url = app.store_url()
+    except ImproperlyConfigured as exc:
+        raise CliUsageError(f"-A {spec}: {exc}") from None
+    except ImportError as exc:
+        raise CliUsageError(f"-A {spec}: cannot import a task module: {exc}") from None
+    if values.get("max_concurrent_runs") is None and setup.concurrency():
+        values["max_concurrent_runs"] = setup.concurrency()
+    return LoadedApp(app=app, setup=setup, store_url=url, notes=celery_notes(values))
+
+
+def merge_default_registry(app: Any) -> None:
+    """Also serve ``@workflow`` functions of ``--workflow`` modules with the app's tasks."""
+    from pyrula.workflows.registry import default_registry
+
+    for definition in default_registry.all():
+        if app.registry.find(definition.name) is None:
+            app.registry.register(definition)

@@ -1,0 +1,389 @@
+"""``Celery``: the app object (``celery.Celery``), on one pyrula store."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pyrula.workflows.registry import Registry
+from pyrula.workflows.sync import WorkflowClient
+from pyrula_compat import _state, store
+from pyrula_compat.app.control import Control
+from pyrula_compat.app.registry import (  # noqa: F401  (shared_task: Celery's path too)
+    TaskRegistry,
+    _django_apps,
+    _import_if_exists,
+    build_task,
+    parse_rate,
+    shared_task,
+)
+from pyrula_compat.app.task import Task as TaskBase
+from pyrula_compat.config import Settings, load_object
+from pyrula_compat.exceptions import ImproperlyConfigured
+from pyrula_compat.signals import Signal
+
+log = logging.getLogger("pyrula_compat")
+
+SERIALIZER_KEYS = (
+    "task_serializer",
+    "result_serializer",
+    "accept_content",
+    "result_accept_content",
+)
+JSON_NAMES = frozenset({"json", "application/json"})
+
+
+class Celery:
+    """A Celery app whose queue, results and schedules live in one pyrula store.
+
+    ``broker`` picks the store (see :mod:`pyrula_compat.store`); ``backend`` may name
+    the same server or be left out. Extra keyword arguments become settings.
+    """
+
+    SYSTEM = "pyrula"
+
+    def __init__(
+        self,
+        main: str | None = None,
+        loader: Any = None,
+        backend: str | None = None,
+        amqp: Any = None,
+        events: Any = None,
+        log: Any = None,
+        control: Any = None,
+        set_as_current: bool = True,
+        tasks: Any = None,
+        broker: str | None = None,
+        include: Iterable[str] | None = None,
+        changes: Mapping[str, Any] | None = None,
+        config_source: Any = None,
+        fixups: Any = None,
+        task_cls: type[TaskBase] | str | None = None,
+        autofinalize: bool = True,
+        namespace: str | None = None,
+        strict_typing: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.main = main
+        self.namespace = namespace
+        self.strict_typing = strict_typing
+        self.conf = Settings()
+        if broker:
+            self.conf.preconfigure("broker_url", broker)
+        if backend:
+            self.conf.preconfigure("result_backend", backend)
+        if include:
+            self.conf.preconfigure("include", tuple(include))
+        for key, value in {**dict(changes or {}), **kwargs}.items():
+            self.conf.preconfigure(key, value)
+        if config_source is not None:
+            self.config_from_object(config_source)
+        if task_cls is None and "DJANGO_SETTINGS_MODULE" in os.environ:
+            task_cls = "pyrula_compat.contrib.django.task:DjangoTask"
+        self._task_cls = task_cls
+        self._tasks = TaskRegistry()
+        self.registry = Registry()
+        """The pyrula workflows of this app's tasks: what ``pyrula worker -A`` serves."""
+        self.control = Control(self)
+        self._autodiscover: list[tuple[Any, str]] = []
+        self._periodic: list[tuple[str, dict[str, Any]]] = []
+        self._client_lock = threading.Lock()
+        self._client_key: tuple[Any, ...] | None = None
+        self._client: WorkflowClient | None = None
+        self.on_configure = Signal("on_configure")
+        self.on_after_configure = Signal("on_after_configure")
+        self.on_after_finalize = Signal("on_after_finalize")
+        self.on_after_fork = Signal("on_after_fork")
+        self.finalized = False
+        from pyrula_compat import canvas_flows
+
+        for definition in canvas_flows.make_canvas_workflows(self, self.registry):
+            store.compat_registry.register(definition)
+        self._add_builtin_tasks()
+        _state.register_app(self)
+        if set_as_current:
+            _state.set_current_app(self)
+
+    def __repr__(self) -> str:
+        return f"<Celery {self.main or '__main__'} at {id(self):#x}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Celery app is not picklable; refer to it by module path")
+
+    # -- configuration -------------------------------------------------------------------
+    def config_from_object(
+        self, obj: Any, silent: bool = False, force: bool = False, namespace: str | None = None
+    ) -> None:
+        """Read settings from a module path, ``"module:attr"``, an object or a dict,
+        lazily. With ``namespace="CELERY"``, ``CELERY_BROKER_URL`` is ``broker_url``."""
+        self.namespace = namespace or self.namespace
+        self.conf.add_source(obj, namespace, silent)
+        if force:
+            self.conf._load_pending()
+
+    def config_from_envvar(
+        self, variable_name: str, silent: bool = False, force: bool = False
+    ) -> None:
+        module_name = os.environ.get(variable_name)
+        if not module_name:
+            if silent:
+                return
+            raise ImproperlyConfigured(f"environment variable {variable_name!r} is not set")
+        self.config_from_object(module_name, silent=silent, force=force)
+
+    def add_defaults(self, fun: Any) -> None:
+        values = fun() if callable(fun) else fun
+        for key, value in dict(values).items():
+            self.conf.setdefault(key, value)
+
+    @property
+    def timezone(self) -> tzinfo:
+        return ZoneInfo(self.timezone_name())
+
+    def timezone_name(self) -> str:
+        """``conf.timezone``, else UTC (or ``$TZ`` when ``enable_utc`` is off)."""
+        name = self.conf.timezone
+        if name:
+            return str(name)
+        if not self.conf.enable_utc and os.environ.get("TZ"):
+            return os.environ["TZ"]
+        return "UTC"
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc).astimezone(self.timezone)
+
+    def check_serializers(self) -> None:
+        """Refuse settings that ask for pickle, yaml or msgpack: pyrula stores JSON."""
+        for key in SERIALIZER_KEYS:
+            value = self.conf.get(key)
+            if value is None:
+                continue
+            names = [value] if isinstance(value, str) else list(value)
+            bad = [n for n in names if str(n).lower() not in JSON_NAMES]
+            if bad:
+                raise ImproperlyConfigured(
+                    f"{key}={value!r}: pyrula stores task arguments and results as JSON "
+                    f"only, never {', '.join(map(str, bad))}; set {key} to 'json' (or "
+                    "['json']) and pass JSON-able arguments (ids, not objects)"
+                )
+
+    # -- the store ----------------------------------------------------------------------
+    def store_url(self) -> str | None:
+        """The store URL from the broker and result backend settings (env vars win)."""
+        return store.store_url(self.conf.broker_url, self.conf.result_backend)
+
+    def client(self) -> WorkflowClient:
+        """The process's blocking client for this app's store (created on first use)."""
+        key = (self.conf.broker_url, self.conf.result_backend)
+        client = self._client
+        if client is not None and key == self._client_key:
+            return client
+        with self._client_lock:
+            if self._client is None or key != self._client_key:
+                self.check_serializers()
+                self._client = store.client_for(self.store_url())
+                self._client_key = key
+            return self._client
+
+    def close(self) -> None:
+        self._client = None
+
+    # -- tasks -------------------------------------------------------------------------
+    @property
+    def tasks(self) -> TaskRegistry:
+        if not self.finalized:
+            self.finalize()
+        return self._tasks
+
+    @property
+    def Task(self) -> type[TaskBase]:
+        cls = self._task_cls
+        if isinstance(cls, str):
+            cls = load_object(cls)
+            self._task_cls = cls
+        return cls if cls is not None else TaskBase
+
+    def gen_task_name(self, name: str, module: str) -> str:
+        if module == "__main__" and self.main:
+            return f"{self.main}.{name}"
+        return f"{module}.{name}" if module else name
+
+    def task(self, *args: Any, **opts: Any) -> Any:
+        """``@app.task`` or ``@app.task(name=..., bind=True, ...)``."""
+        if len(args) == 1 and callable(args[0]) and not opts:
+            return self._task_from_fun(args[0])
+
+        def decorate(fun: Callable[..., Any]) -> TaskBase:
+            return self._task_from_fun(fun, **opts)
+
+        if args:
+            raise TypeError("@app.task takes keyword options only")
+        return decorate
+
+    def _task_from_fun(
+        self,
+        fun: Callable[..., Any],
+        name: str | None = None,
+        base: type[TaskBase] | None = None,
+        bind: bool = False,
+        shared: bool = False,
+        **options: Any,
+    ) -> TaskBase:
+        name = name or self.gen_task_name(fun.__name__, fun.__module__)
+        existing = self._tasks._tasks.get(name)
+        if existing is not None and getattr(existing, "__wrapped__", None) is fun:
+            return existing
+        task = build_task(fun, name, base or self.Task, bind, options)
+        task.bind(None if shared else self)  # type: ignore[arg-type]
+        if not shared:
+            task._app = self
+        self.register_task(task)
+        return task
+
+    def register_task(self, task: TaskBase, **options: Any) -> TaskBase:
+        """Add ``task`` to this app and serve it as the workflow of the same name."""
+        from pyrula_compat import flows
+
+        if isinstance(task, type):
+            task = task()
+        self._tasks.register(task)
+        rate = parse_rate(task.rate_limit or self.conf.get("task_default_rate_limit"))
+        definition = flows.make_task_workflow(self, task.name, self.registry, rate)
+        store.compat_registry.register(definition)
+        return task
+
+    def finalize(self, auto: bool = False) -> None:
+        if self.finalized:
+            return
+        self.finalized = True
+        self.on_after_finalize.send(sender=self)
+
+    def _add_builtin_tasks(self) -> None:
+        def celery_map(task: str, it: list[Any]) -> list[Any]:
+            return [self.tasks[task](item) for item in it]
+
+        def celery_starmap(task: str, it: list[Any]) -> list[Any]:
+            return [self.tasks[task](*item) for item in it]
+
+        self._task_from_fun(celery_map, name="celery.map")
+        self._task_from_fun(celery_starmap, name="celery.starmap")
+
+    def autodiscover_tasks(
+        self, packages: Any = None, related_name: str = "tasks", force: bool = False
+    ) -> None:
+        """Import ``<package>.tasks`` for each package (Django: each installed app),
+        when the worker starts (or now with ``force``). Missing modules are skipped."""
+        self._autodiscover.append((packages, related_name))
+        if force:
+            self.import_autodiscovered()
+
+    def import_autodiscovered(self) -> list[str]:
+        imported: list[str] = []
+        pending, self._autodiscover = self._autodiscover, []
+        for packages, related_name in pending:
+            names = packages() if callable(packages) else packages
+            if names is None:
+                names = _django_apps()
+            for package in names or ():
+                module = f"{package}.{related_name}" if related_name else package
+                if _import_if_exists(module):
+                    imported.append(module)
+        return imported
+
+    def import_default_modules(self) -> list[str]:
+        """Import ``include`` and ``imports`` modules and autodiscovered task modules."""
+        modules = [*tuple(self.conf.include or ()), *tuple(self.conf.imports or ())]
+        for module in modules:
+            importlib.import_module(module)
+        return modules + self.import_autodiscovered()
+
+    # -- calling by name ----------------------------------------------------------------
+    def send_task(
+        self,
+        name: str,
+        args: Any = None,
+        kwargs: Any = None,
+        countdown: float | None = None,
+        eta: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        connection: Any = None,
+        router: Any = None,
+        result_cls: Any = None,
+        expires: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        **options: Any,
+    ) -> Any:
+        """Queue task ``name`` without importing it. A name no worker knows stays
+        queued (PENDING) until a worker that knows it starts; it is never dropped."""
+        from pyrula_compat import calling
+
+        if name not in self._tasks._tasks:
+            log.info(
+                "send_task(%r): not registered here; it waits for a worker that knows it", name
+            )
+        options.update(countdown=countdown, eta=eta, expires=expires)
+        return calling.submit(
+            self, name, args, kwargs, task_id=task_id, link=link, link_error=link_error,
+            options={k: v for k, v in options.items() if v is not None},
+        )  # fmt: skip
+
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> Any:
+        from pyrula_compat.result import AsyncResult
+
+        return AsyncResult(task_id, app=self, **kwargs)
+
+    def GroupResult(self, *args: Any, **kwargs: Any) -> Any:
+        from pyrula_compat.result import GroupResult
+
+        kwargs["app"] = self
+        return GroupResult(*args, **kwargs)
+
+    def signature(self, *args: Any, **kwargs: Any) -> Any:
+        from pyrula_compat.canvas import signature
+
+        kwargs["app"] = self
+        return signature(*args, **kwargs)
+
+    # -- beat ----------------------------------------------------------------------------
+    def add_periodic_task(
+        self,
+        schedule: Any,
+        sig: Any,
+        args: Any = (),
+        kwargs: Any = (),
+        name: str | None = None,
+        **opts: Any,
+    ) -> str:
+        """Add a ``beat_schedule`` entry (synced to the store when the worker starts)."""
+        key = name or repr(sig)
+        entry = {
+            "task": sig.task if hasattr(sig, "task") else str(sig),
+            "schedule": schedule,
+            "args": tuple(getattr(sig, "args", ()) or args),
+            "kwargs": dict(getattr(sig, "kwargs", {}) or dict(kwargs or {})),
+            "options": {**dict(getattr(sig, "options", {}) or {}), **opts},
+        }
+        self.conf.beat_schedule[key] = entry
+        return key
+
+    # -- current -----------------------------------------------------------------------
+    def set_current(self) -> None:
+        _state.set_current_app(self)
+
+    def set_default(self) -> None:
+        _state.set_default_app(self)
+        _state.set_current_app(self)
+
+    def __enter__(self) -> Celery:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

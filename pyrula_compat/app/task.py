@@ -1,0 +1,392 @@
+"""``Task`` and its ``request`` context (``celery.app.task``).
+
+A task object is a module-level instance whose class carries the decorator's options
+as attributes (``add.max_retries``, ``add.queue``, even unknown ones). ``add.run`` is
+the plain function; ``add.delay`` / ``add.apply_async`` / ``add.retry`` are ordinary
+methods, so ``mock.patch("proj.tasks.add.delay")`` and ``add.delay = fake`` work.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pyrula_compat import _state, states
+from pyrula_compat.exceptions import MaxRetriesExceededError, Retry
+from pyrula_compat.utils import uuid
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+    from pyrula_compat.canvas import Signature
+    from pyrula_compat.result import AsyncResult, EagerResult
+
+
+class Context:
+    """``self.request``: what the running task knows about its call."""
+
+    id: str | None = None
+    args: Any = None
+    kwargs: Any = None
+    retries: int = 0
+    is_eager: bool = False
+    called_directly: bool = True
+    eta: Any = None
+    expires: Any = None
+    hostname: str | None = None
+    root_id: str | None = None
+    parent_id: str | None = None
+    group: str | None = None
+    group_index: int | None = None
+    chain: Any = None
+    chord: Any = None
+    callbacks: Any = None
+    errbacks: Any = None
+    headers: Any = None
+    delivery_info: Any = None
+    reply_to: str | None = None
+    correlation_id: str | None = None
+    origin: str | None = None
+    timelimit: Any = None
+    utc: bool = True
+    ignore_result: bool = False
+    task: str | None = None
+    properties: Any = None
+    shadow: str | None = None
+    stamps: Any = None
+    replaced_task_nesting: int = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.update(*args, **kwargs)
+        self._step: Any = None  # the StepContext of the attempt, on a worker
+        self._retry: Retry | None = None  # a retry asked for with throw=False
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for source in (*args, kwargs):
+            for key, value in dict(source).items():
+                setattr(self, key, value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+    def __repr__(self) -> str:
+        return f"<Context: {self.id} retries={self.retries} eager={self.is_eager}>"
+
+
+class Task:
+    """Base class of tasks. Decorator options become class attributes of a subclass."""
+
+    name: str = ""
+    typing: bool | None = None
+    max_retries: int | None = 3
+    default_retry_delay: float = 180
+    rate_limit: str | float | None = None
+    ignore_result: bool | None = None
+    trail: bool = True
+    send_events: bool = True
+    store_errors_even_if_ignored: bool | None = None
+    serializer: str | None = None
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    retry_kwargs: dict[str, Any] = {}
+    retry_backoff: bool | float = False
+    retry_backoff_max: float = 600
+    retry_jitter: bool = True
+    acks_late: bool | None = None
+    acks_on_failure_or_timeout: bool | None = None
+    reject_on_worker_lost: bool | None = None
+    track_started: bool | None = None
+    throws: tuple[type[BaseException], ...] = ()
+    expires: float | datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+    resultrepr_maxsize: int = 1024
+    abstract: bool = True
+    MaxRetriesExceededError = MaxRetriesExceededError
+    Request = Context
+
+    _app: Celery | None = None
+
+    # -- identity ------------------------------------------------------------------------
+    @property
+    def app(self) -> Celery:
+        """The app the task belongs to; a shared task answers the current app."""
+        return self._app if self._app is not None else _state.get_current_app()
+
+    @app.setter
+    def app(self, value: Celery) -> None:
+        self._app = value
+
+    def bind(self, app: Celery) -> Task:
+        self._app = app
+        return self
+
+    def __repr__(self) -> str:
+        return f"<@task: {self.name}>"
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """The task body; a decorated function replaces it."""
+        raise NotImplementedError("Tasks must define the run method.")
+
+    # -- the request --------------------------------------------------------------------
+    def _stack(self) -> list[Context]:
+        local = self.__dict__.get("_request_local")
+        if local is None:
+            local = self.__dict__.setdefault("_request_local", threading.local())
+        stack: list[Context] = local.__dict__.setdefault("stack", [])
+        return stack
+
+    @property
+    def request(self) -> Context:
+        stack = self._stack()
+        return stack[-1] if stack else Context()
+
+    @property
+    def request_stack(self) -> list[Context]:
+        return self._stack()
+
+    def push_request(self, *args: Any, **kwargs: Any) -> None:
+        self._stack().append(Context(*args, **kwargs))
+
+    def pop_request(self) -> None:
+        stack = self._stack()
+        if stack:
+            stack.pop()
+
+    # -- calling ------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the body here: directly (``request.called_directly``), or for the worker."""
+        stack = self._stack()
+        executing = bool(stack) and getattr(stack[-1], "_executing", False)
+        if executing:
+            stack[-1]._executing = False  # type: ignore[attr-defined]
+            return self.run(*args, **kwargs)
+        _state.push_task(self)
+        self.push_request(args=args, kwargs=kwargs)
+        try:
+            return self.run(*args, **kwargs)
+        finally:
+            self.pop_request()
+            _state.pop_task()
+
+    def check_arguments(self, *args: Any, **kwargs: Any) -> None:
+        """Raise TypeError when the arguments don't fit the body's signature."""
+        try:
+            signature = inspect.signature(self.run)
+        except (TypeError, ValueError):
+            return
+        signature.bind(*args, **kwargs)
+
+    def _typing(self) -> bool:
+        if self.typing is not None:
+            return bool(self.typing)
+        return bool(getattr(self.app, "strict_typing", True))
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """Queue the task: ``apply_async(args, kwargs)``."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Queue the task with Celery's options (``countdown``, ``eta``, ``expires``,
+        ``task_id``, ``link``, ``link_error``, ``headers``; queue and priority are
+        accepted and have no effect). Eager mode runs it here instead."""
+        args = tuple(args or ())
+        kwargs = dict(kwargs or {})
+        if self._typing():
+            self.check_arguments(*args, **kwargs)
+        app = self.app
+        if app.conf.task_always_eager:
+            return self.apply(
+                args, kwargs, task_id=task_id or uuid(), link=link, link_error=link_error,
+                **options,
+            )  # fmt: skip
+        if self.expires is not None:
+            options.setdefault("expires", self.expires)
+        from pyrula_compat import calling
+
+        return calling.submit(
+            app, self.name, args, kwargs, task_id=task_id, link=link, link_error=link_error,
+            options=options, task=self,
+        )  # fmt: skip
+
+    def apply(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        task_id: str | None = None,
+        retries: int | None = None,
+        throw: bool | None = None,
+        logfile: Any = None,
+        loglevel: Any = None,
+        headers: Any = None,
+        **options: Any,
+    ) -> EagerResult:
+        """Run the task here, now, and return an :class:`EagerResult` (no worker, no
+        store). Retries run at once; a failure is captured unless ``throw`` or
+        ``task_eager_propagates``."""
+        from pyrula_compat import eager
+
+        return eager.apply(
+            self, tuple(args or ()), dict(kwargs or {}), task_id=task_id, link=link,
+            link_error=link_error, retries=retries or 0, throw=throw, headers=headers,
+        )  # fmt: skip
+
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:
+        from pyrula_compat.result import AsyncResult
+
+        return AsyncResult(task_id, app=self.app, task_name=self.name, **kwargs)
+
+    # -- signatures ---------------------------------------------------------------------
+    def signature(self, args: Any = None, *starargs: Any, **starkwargs: Any) -> Signature:
+        from pyrula_compat.canvas import Signature
+
+        starkwargs.setdefault("app", self.app)
+        return Signature(self, args, *starargs, **starkwargs)
+
+    subtask = signature
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        return self.signature(args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        return self.signature(args, kwargs, immutable=True)
+
+    def chunks(self, it: Any, n: int) -> Any:
+        from pyrula_compat.canvas import chunks
+
+        return chunks(self.s(), it, n, app=self.app)
+
+    def map(self, it: Any) -> Any:
+        from pyrula_compat.canvas import xmap
+
+        return xmap(self.s(), it, app=self.app)
+
+    def starmap(self, it: Any) -> Any:
+        from pyrula_compat.canvas import xstarmap
+
+        return xstarmap(self.s(), it, app=self.app)
+
+    # -- inside the body ----------------------------------------------------------------
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: BaseException | None = None,
+        throw: bool = True,
+        eta: datetime | None = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Retry:
+        """Run the task again later under the same id (Celery's semantics).
+
+        No ``countdown``/``eta``: ``default_retry_delay``. Past ``max_retries`` retries
+        (this call's value, else the task's; None = forever) ``exc`` is raised if given,
+        else :class:`MaxRetriesExceededError`. Called directly (not by a worker or
+        eagerly), it re-raises the exception being handled, or ``exc``.
+        """
+        request = self.request
+        retries = request.retries + 1
+        limit = self.max_retries if max_retries is None else max_retries
+        if request.called_directly:
+            _raise_with_context(exc or Retry("Task can be retried", None))
+        if not eta and countdown is None:
+            countdown = self.default_retry_delay
+        new_args = request.args if args is None else args
+        new_kwargs = request.kwargs if kwargs is None else kwargs
+        if limit is not None and retries > limit:
+            if exc is not None:
+                _raise_with_context(exc)
+            raise self.MaxRetriesExceededError(
+                f"Can't retry {self.name}[{request.id}] args:{new_args} kwargs:{new_kwargs}",
+                task_args=new_args,
+                task_kwargs=new_kwargs,
+            )
+        ret = Retry(
+            exc=exc,
+            when=eta or countdown,
+            is_eager=request.is_eager,
+            args_override=None if args is None else tuple(args),
+            kwargs_override=None if kwargs is None else dict(kwargs),
+        )
+        if throw:
+            raise ret
+        if not request.is_eager:
+            request._retry = ret  # the worker runs the task again after this attempt
+        return ret
+
+    def update_state(
+        self, task_id: str | None = None, state: str | None = None, meta: Any = None, **kw: Any
+    ) -> None:
+        """Publish a custom state (``"PROGRESS"``) and ``meta``, readable elsewhere as
+        ``AsyncResult(id).state`` / ``.info`` while the task runs. No effect in eager
+        mode (as in Celery, the final state wins)."""
+        request = self.request
+        step = request._step if task_id in (None, request.id) else None
+        if step is None:
+            return
+        from pyrula_compat import codec
+
+        step.set_progress(state or states.PENDING, codec.to_json(meta))
+
+    def send_event(self, type_: str, retry: bool = True, **fields: Any) -> None:
+        """Celery's task events feed Flower; pyrula has no event stream (no effect)."""
+
+    def replace(self, sig: Any) -> Any:
+        raise NotImplementedError(
+            "Task.replace is not supported by pyrula_compat; return sig.delay().id or "
+            "build the follow-up into a chain"
+        )
+
+    # -- hooks (override in a base class) ----------------------------------------------
+    def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+        """Called before the body, in the worker."""
+
+    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
+        """Called after the body returned."""
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        """Called when the task failed for good."""
+
+    def on_retry(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        """Called when the task will be retried."""
+
+    def after_return(
+        self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        """Called after the task succeeded or failed for good (not on a retry)."""
+
+    def on_replace(self, sig: Any) -> None:
+        """Celery hook; unused."""
+
+
+def _raise_with_context(exc: BaseException) -> None:
+    current = sys.exc_info()[1]
+    if current is None:
+        raise exc
+    if current is exc:
+        raise exc
+    raise exc from current
+
+
+__all__ = ["Context", "Task"]

@@ -1,0 +1,99 @@
+"""Beat without beat: ``app.conf.beat_schedule`` as stored schedules.
+
+Each entry becomes a pyrula schedule whose fixed id is the entry's key, firing its task
+with the entry's ``args`` and ``kwargs``. ``pyrula worker -A proj`` syncs them when it
+starts: a new or changed entry is written, an unchanged one left alone (so restarting
+workers does not shift an interval's phase). Every worker fires schedules and the store
+lets each slot fire once, so there is no separate beat process and no double firing.
+An entry's ``options`` apply where they mean something: ``expires`` (seconds or a
+datetime) drops a fired run that has not started in time; routing options are ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pyrula.workflows import Schedule, Store
+from pyrula_compat import codec
+from pyrula_compat.exceptions import ImproperlyConfigured
+from pyrula_compat.schedules import crontab, maybe_schedule, schedule, solar
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+
+log = logging.getLogger("pyrula_compat.beat")
+
+
+def _params(entry: dict[str, Any]) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "args": codec.to_json(list(entry.get("args") or ())),
+        "kwargs": codec.to_json(dict(entry.get("kwargs") or {})),
+    }
+    expires = (entry.get("options") or {}).get("expires")
+    if isinstance(expires, timedelta):
+        expires = expires.total_seconds()
+    if isinstance(expires, (int, float)) and not isinstance(expires, bool):
+        params["expires_in"] = float(expires)
+    elif isinstance(expires, datetime):
+        params["expires_in"] = None
+        log.warning("beat entry expires=%r: an absolute expiry is ignored for a schedule", expires)
+    return params
+
+
+def schedules_of(app: Celery) -> list[Schedule]:
+    """The app's beat entries as pyrula schedules (raises for one that cannot work)."""
+    tz = app.timezone_name()
+    out: list[Schedule] = []
+    for key, entry in dict(app.conf.beat_schedule or {}).items():
+        task = entry.get("task")
+        if not isinstance(task, str) or not task:
+            raise ImproperlyConfigured(f"beat_schedule[{key!r}] names no task")
+        when = maybe_schedule(entry.get("schedule"))
+        params = {k: v for k, v in _params(entry).items() if v is not None}
+        if isinstance(when, solar):
+            raise ImproperlyConfigured(
+                f"beat_schedule[{key!r}]: solar schedules are not supported by pyrula; "
+                "use a crontab at the local time you want"
+            )
+        if not isinstance(when, (crontab, schedule)):
+            raise ImproperlyConfigured(
+                f"beat_schedule[{key!r}]: schedule {when!r} is not a crontab, a schedule, "
+                "a timedelta or a number of seconds"
+            )
+        out.append(when.schedule_for(task, params, str(key), tz))
+    return out
+
+
+def _same(record: Any, wanted: Schedule) -> bool:
+    current = Schedule.from_record(record)
+    return (
+        current.workflow == wanted.workflow
+        and dict(current.params) == dict(wanted.params)
+        and current.cron == wanted.cron
+        and current.every == wanted.every
+        and current.timezone == wanted.timezone
+        and record.enabled
+    )
+
+
+async def sync_schedules(app: Celery, store: Store) -> list[str]:
+    """Write the app's beat entries to ``store``; return the ids written."""
+    if app.conf.get("beat_scheduler"):
+        log.warning(
+            "beat_scheduler=%r ignored: pyrula stores beat_schedule entries as schedules "
+            "and every worker fires them (manage them with `pyrula schedules`)",
+            app.conf.beat_scheduler,
+        )
+    written: list[str] = []
+    for wanted in schedules_of(app):
+        existing = await store.get_schedule(wanted.schedule_id)
+        if existing is not None and _same(existing, wanted):
+            continue
+        now = await store.now()
+        await store.create_schedule(wanted.to_record(now), replace=True)
+        written.append(wanted.schedule_id)
+    if written:
+        log.info("beat schedule synced: %s", ", ".join(written))
+    return written

@@ -1,0 +1,159 @@
+"""Queueing a task: Celery's call options turned into one ``submit`` on the store.
+
+``task_id`` is the run id and its idempotency key, so sending the same id twice
+returns the first run. ``countdown``/``eta`` hold the run back (``delay``/``start_at``);
+``expires`` drops it if it has not started by then. ``queue``, ``priority``,
+``routing_key`` and the broker options are accepted and have no effect.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from pyrula_compat import _state, codec
+from pyrula_compat.result import AsyncResult
+from pyrula_compat.signals import after_task_publish, before_task_publish
+from pyrula_compat.utils import uuid
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+    from pyrula_compat.app.task import Task
+
+log = logging.getLogger("pyrula_compat")
+
+
+def aware(value: datetime) -> datetime:
+    """A naive datetime is UTC, as Celery's worker reads it."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _when(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return aware(value)
+    raise TypeError(f"eta must be a datetime or an ISO 8601 string, got {value!r}")
+
+
+def _expiry(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(time.time() + float(value), timezone.utc)
+    return _when(value)
+
+
+def frozen(sigs: Any, app: Celery) -> list[dict[str, Any]] | None:
+    """Signatures (one or a list) as JSON dicts, each with its task id fixed now."""
+    if sigs is None:
+        return None
+    from pyrula_compat.canvas import maybe_signature
+
+    items = sigs if isinstance(sigs, (list, tuple)) else [sigs]
+    out = []
+    for item in items:
+        sig = maybe_signature(item, app=app)
+        if sig is None:
+            continue
+        sig.freeze()
+        out.append(sig.as_json())
+    return out or None
+
+
+def task_params(
+    args: Any,
+    kwargs: Any,
+    *,
+    app: Celery,
+    link: Any = None,
+    link_error: Any = None,
+    headers: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The params of a task run: ``{"args": [...], "kwargs": {...}}`` plus canvas data."""
+    params: dict[str, Any] = {
+        "args": codec.to_json(list(args or ())),
+        "kwargs": codec.to_json(dict(kwargs or {})),
+    }
+    links = frozen(link, app)
+    if links:
+        params["link"] = links
+    errbacks = frozen(link_error, app)
+    if errbacks:
+        params["link_error"] = errbacks
+    if headers:
+        params["headers"] = codec.to_json(dict(headers))
+    current = _state.get_current_worker_task()
+    if current is not None and current.request.id:
+        params.setdefault("parent_id", current.request.id)
+        params.setdefault("root_id", current.request.root_id or current.request.id)
+    for key, value in (extra or {}).items():
+        if value is not None:
+            params[key] = value
+    return params
+
+
+def submit(
+    app: Celery,
+    name: str,
+    args: Any,
+    kwargs: Any,
+    *,
+    task_id: str | None = None,
+    link: Any = None,
+    link_error: Any = None,
+    options: Mapping[str, Any] | None = None,
+    task: Task | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> AsyncResult:
+    """Queue a run of task ``name``; return its AsyncResult (id known now)."""
+    options = dict(options or {})
+    task_id = task_id or options.pop("task_id", None) or uuid()
+    headers = options.get("headers")
+    params = task_params(
+        args, kwargs, app=app, link=link, link_error=link_error, headers=headers, extra=extra
+    )
+    countdown = options.get("countdown")
+    eta = _when(options.get("eta"))
+    delay: float | None = None
+    start_at: datetime | None = None
+    if countdown is not None:
+        delay = max(0.0, float(countdown))
+    elif eta is not None:
+        start_at = eta
+    expires_at = _expiry(options.get("expires"))
+    _publish(before_task_publish, name, task_id, params, options)
+    client = app.client()
+    client.submit(
+        name, params, run_id=task_id, idempotency_key=task_id, delay=delay,
+        start_at=start_at, expires_at=expires_at,
+    )  # fmt: skip
+    _publish(after_task_publish, name, task_id, params, options)
+    result = AsyncResult(task_id, app=app, task_name=name)
+    ignore = task.ignore_result if task is not None else None
+    if options.get("ignore_result") is not None:
+        ignore = options["ignore_result"]
+    if ignore is None:
+        ignore = bool(app.conf.task_ignore_result)
+    result.ignored = bool(ignore)
+    return result
+
+
+def _publish(signal: Any, name: str, task_id: str, params: dict[str, Any], options: Any) -> None:
+    if not signal.has_listeners(name):
+        return
+    headers = {"id": task_id, "task": name, "root_id": params.get("root_id", task_id)}
+    headers.update(options.get("headers") or {})
+    body = (params["args"], params["kwargs"], {"callbacks": params.get("link")})
+    signal.send(
+        sender=name, body=body, exchange="", routing_key=options.get("queue") or "celery",
+        headers=headers, properties={}, declare=[], retry_policy=None,
+    )  # fmt: skip

@@ -1,0 +1,101 @@
+"""The internal workflows of the canvas: ``celery.chord`` and ``celery.chain``.
+
+A chord is one run of ``celery.chord``: it starts each header member as a child run
+(ids ``<chord id>.<position>``, known when the chord is called), gathers them, and then
+submits the body with the results in header order, in a journaled step. If a member
+fails, the body is recorded as failed with ``ChordError`` instead: no polling task, and
+nothing to hang on. ``celery.chain`` runs a chain that is a header member, one child
+run after another, so the chord receives the chain's last result.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyrula.workflows import (
+    DurableInvocationError,
+    RunCancelled,
+    WorkflowContext,
+    WorkflowDefinition,
+    workflow,
+)
+from pyrula.workflows.registry import Registry
+from pyrula_compat import codec, errors
+from pyrula_compat.exceptions import ChordError
+from pyrula_compat.flows import mark_failed, submit_signature
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+
+
+# -- the chord workflow ------------------------------------------------------------------
+def _child_params(app: Celery, data: dict[str, Any], args: list[Any]) -> tuple[str, dict[str, Any]]:
+    """The child run (workflow, params) for one header member."""
+    from pyrula_compat import calling
+
+    if data.get("subtask_type") == "chain":
+        return "celery.chain", {"tasks": data["kwargs"]["tasks"], "args": args}
+    if data.get("subtask_type") in ("group", "chord"):
+        raise NotImplementedError("a chord header member must be a task or a chain")
+    opts = codec.from_json(data.get("options") or {})
+    immutable = bool(data.get("immutable"))
+    call_args = list(data.get("args") or []) if immutable else args + list(data.get("args") or [])
+    params = calling.task_params(
+        codec.from_json(call_args), codec.from_json(data.get("kwargs") or {}), app=app,
+        link=opts.get("link"), link_error=opts.get("link_error"),
+    )  # fmt: skip
+    return data["task"], params
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, DurableInvocationError):
+        original = error.original
+        if original is None:
+            return f"{error.error_type.rsplit('.', 1)[-1]}({error.error_message!r})"
+        return repr(original)
+    if isinstance(error, RunCancelled):
+        return "TaskRevokedError('revoked')"
+    return repr(error)
+
+
+def make_canvas_workflows(app: Celery, registry: Registry) -> list[WorkflowDefinition]:
+    """``celery.chord`` and ``celery.chain`` (a chain that is a chord header member)."""
+
+    async def chord_flow(
+        ctx: WorkflowContext,
+        header: list[dict[str, Any]],
+        body: dict[str, Any],
+        args: list[Any] | None = None,
+        chain: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        children = [_child_params(app, member, list(args or [])) for member in header]
+        runs = [ctx.run_child(name, params) for name, params in children]
+        results = await ctx.gather(*runs, return_exceptions=True)
+        for index, value in enumerate(results):
+            if isinstance(value, BaseException):
+                culprit = f"{ctx.run_id}.{2 * index}"
+                error = ChordError(f"Dependency {culprit} raised {_reason(value)}")
+                text = errors.to_json(error)
+                await ctx.step("body", mark_failed, app, body, text)
+                for data in chain or ():
+                    await ctx.step(f"chain-{data.get('task')}", mark_failed, app, data, text)
+                raise error
+        values = [codec.from_json(v) for v in results]
+        await ctx.step("body", submit_signature, app, body, [values], {}, chain=chain)
+        return None
+
+    async def chain_flow(
+        ctx: WorkflowContext, tasks: list[dict[str, Any]], args: list[Any] | None = None
+    ) -> Any:
+        value_args = list(args or [])
+        result: Any = None
+        for data in tasks:
+            name, params = _child_params(app, data, value_args)
+            result = await ctx.run_child(name, params)
+            value_args = [codec.from_json(result)]
+        return result
+
+    return [
+        workflow(name="celery.chord", registry=registry)(chord_flow),
+        workflow(name="celery.chain", registry=registry)(chain_flow),
+    ]

@@ -1,0 +1,1 @@
+"""``celery.contrib``: the Django task class and the test worker."""

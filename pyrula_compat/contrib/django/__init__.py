@@ -1,0 +1,1 @@
+"""``celery.contrib.django``: ``DjangoTask`` (``delay_on_commit``)."""

@@ -1,0 +1,1 @@
+"""``celery.contrib.testing``: an in-process worker for tests and scripts."""

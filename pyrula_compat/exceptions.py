@@ -1,0 +1,170 @@
+"""Celery's exception names (``celery.exceptions``), with the same meaning.
+
+A failed task's own exception travels through the store as type, module, message and
+traceback text; ``AsyncResult.get()`` re-raises it as its own class when that imports.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pyrula.workflows import ConfigurationError
+
+__all__ = [
+    "AlwaysEagerIgnored",
+    "CeleryError",
+    "ChordError",
+    "Ignore",
+    "ImproperlyConfigured",
+    "IncompleteStream",
+    "InvalidTaskError",
+    "MaxRetriesExceededError",
+    "NotConfigured",
+    "NotRegistered",
+    "QueueNotFound",
+    "Reject",
+    "Retry",
+    "SoftTimeLimitExceeded",
+    "TaskError",
+    "TaskPredicate",
+    "TaskRevokedError",
+    "TimeLimitExceeded",
+    "TimeoutError",
+    "WorkerLostError",
+]
+
+
+class CeleryError(Exception):
+    """Base of the shim's task errors."""
+
+
+class TaskPredicate(CeleryError):
+    """Base of the exceptions that steer what happens to a task (retry, ignore, reject)."""
+
+
+class Retry(TaskPredicate):
+    """Raised by ``self.retry()``: the task runs again later, under the same id.
+
+    ``when`` is the countdown (seconds) or the eta (datetime) of the next attempt.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        exc: BaseException | str | None = None,
+        when: float | datetime | None = None,
+        is_eager: bool = False,
+        sig: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.message = message
+        self.exc = exc
+        self.excs = str(exc) if exc is not None else None
+        self.when = when
+        self.is_eager = is_eager
+        self.sig = sig
+        # Where the next attempt's arguments come from (None: the current ones).
+        self.args_override: tuple[Any, ...] | None = kwargs.get("args_override")
+        self.kwargs_override: dict[str, Any] | None = kwargs.get("kwargs_override")
+        super().__init__(self.humanize())
+
+    def humanize(self) -> str:
+        if isinstance(self.when, (int, float)):
+            return f"in {self.when}s"
+        return f"at {self.when}"
+
+    def __str__(self) -> str:
+        if self.message:
+            return self.message
+        if self.excs:
+            return f"Retry {self.humanize()}: {self.excs}"
+        return f"Retry {self.humanize()}"
+
+
+RetryTaskError = Retry
+
+
+class Ignore(TaskPredicate):
+    """Raised in a task to leave its state as it is (it is not recorded as a failure)."""
+
+
+class Reject(TaskPredicate):
+    """Raised in a task to reject it. ``requeue=True`` runs it again later."""
+
+    def __init__(self, reason: Any = None, requeue: bool = False) -> None:
+        self.reason = reason
+        self.requeue = requeue
+        super().__init__(reason, requeue)
+
+
+class TaskError(CeleryError):
+    """A task-related error."""
+
+
+class MaxRetriesExceededError(TaskError):
+    """The task was retried ``max_retries`` times and asked for another retry."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.task_args = kwargs.pop("task_args", [])
+        self.task_kwargs = kwargs.pop("task_kwargs", {})
+        super().__init__(*args, **kwargs)
+
+
+class TaskRevokedError(TaskError):
+    """The task was revoked (``'revoked'``) or expired before it started (``'expired'``)."""
+
+
+class NotRegistered(KeyError, TaskError):
+    """No task with that name is registered in this app."""
+
+    def __repr__(self) -> str:
+        return f"NotRegistered({self.args[0] if self.args else ''!r})"
+
+
+class ChordError(TaskError):
+    """A chord's header failed, so its body did not run."""
+
+
+class InvalidTaskError(TaskError):
+    """A task's arguments or options cannot be used."""
+
+
+class TimeoutError(TaskError):
+    """``AsyncResult.get(timeout=...)`` elapsed before the task finished."""
+
+
+class ImproperlyConfigured(ConfigurationError):
+    """A setting cannot work (a broker pyrula cannot use, a pickle serializer, ...)."""
+
+
+class NotConfigured(UserWarning):
+    """A setting is missing; the default applies."""
+
+
+class AlwaysEagerIgnored(UserWarning):
+    """An option that has no meaning in eager mode was given."""
+
+
+class QueueNotFound(KeyError, TaskError):
+    """A queue name that is not defined."""
+
+
+class IncompleteStream(TaskError):
+    """A stream ended early."""
+
+
+class SoftTimeLimitExceeded(Exception):
+    """Raised inside a task that ran past its ``soft_time_limit``; it may clean up."""
+
+
+class TimeLimitExceeded(Exception):
+    """A task ran past its ``time_limit``."""
+
+
+class WorkerLostError(Exception):
+    """The process running the task died."""
+
+
+class Terminated(Exception):
+    """The task was terminated."""

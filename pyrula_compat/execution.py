@@ -1,0 +1,271 @@
+"""One attempt of a task body, with Celery's hooks, signals, autoretry and time limits.
+
+The same code runs an attempt on a worker (inside a journaled step) and in eager mode.
+It never raises: it returns an :class:`Attempt` saying the task succeeded, wants a
+retry (with its countdown or eta and the arguments for next time), or failed for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pyrula_compat import _state, states
+from pyrula_compat.app.task import Context, Task
+from pyrula_compat.errors import ExceptionInfo
+from pyrula_compat.exceptions import (
+    Ignore,
+    Reject,
+    Retry,
+    SoftTimeLimitExceeded,
+    TimeLimitExceeded,
+)
+from pyrula_compat.signals import (
+    task_failure,
+    task_postrun,
+    task_prerun,
+    task_retry,
+    task_success,
+)
+
+log = logging.getLogger("pyrula_compat.worker")
+
+
+@dataclass
+class Attempt:
+    """How one attempt ended. ``kind`` is ``ok``, ``retry`` or ``error``."""
+
+    kind: str
+    value: Any = None
+    exc: BaseException | None = None
+    countdown: float | None = None
+    eta: float | None = None
+    """Epoch seconds of the next attempt (wins over countdown)."""
+    args: tuple[Any, ...] | None = None
+    kwargs: dict[str, Any] | None = None
+    chain_stopped: bool = False
+    einfo: ExceptionInfo | None = None
+
+
+def backoff_interval(factor: float, retries: int, maximum: float, full_jitter: bool) -> float:
+    """Celery's ``get_exponential_backoff_interval``: ``min(maximum, factor * 2**retries)``,
+    replaced by a uniform integer in ``[0, countdown]`` with full jitter."""
+    countdown = min(maximum, factor * (2**retries))
+    if full_jitter:
+        countdown = random.randrange(int(countdown) + 1)
+    return float(max(0, countdown))
+
+
+def _eta_epoch(when: Any) -> float | None:
+    if isinstance(when, datetime):
+        aware = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+        return aware.timestamp()
+    if isinstance(when, str):
+        return _eta_epoch(datetime.fromisoformat(when))
+    return None
+
+
+class _TimeLimits:
+    """Raise SoftTimeLimitExceeded / TimeLimitExceeded in the body's thread at its
+    limits. Python delivers them at the next bytecode, so code blocked in C (a socket
+    read, ``time.sleep``) sees them only when it returns; nothing is killed."""
+
+    def __init__(self, soft: float | None, hard: float | None) -> None:
+        self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._done = False
+        self._timers = [
+            threading.Timer(limit, self._fire, (kind,))
+            for limit, kind in ((soft, SoftTimeLimitExceeded), (hard, TimeLimitExceeded))
+            if limit
+        ]
+        for timer in self._timers:
+            timer.daemon = True
+            timer.start()
+
+    def _fire(self, kind: type[BaseException]) -> None:
+        with self._lock:
+            if not self._done:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self._thread), ctypes.py_object(kind)
+                )
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done = True
+            for timer in self._timers:
+                timer.cancel()
+            if self._timers:  # drop one that was set but not yet delivered
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
+
+
+def _invoke(task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call the body the way Celery's worker does: through a custom ``__call__``."""
+    custom_call = type(task).__call__ is not Task.__call__
+    if custom_call:
+        task.request._executing = True  # type: ignore[attr-defined]
+        value = task(*args, **kwargs)
+    else:
+        value = task.run(*args, **kwargs)
+    if inspect.iscoroutine(value):
+        value = asyncio.run(value)
+    return value
+
+
+def _call_with_autoretry(task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return _invoke(task, args, kwargs)
+    except (Ignore, Retry, Reject):
+        raise
+    except Exception as exc:
+        autoretry = tuple(task.autoretry_for or ())
+        if not autoretry or not isinstance(exc, autoretry):
+            raise
+        if isinstance(exc, tuple(task.dont_autoretry_for or ())):
+            raise
+        retry_kwargs = dict(task.retry_kwargs or {})
+        if task.retry_backoff:
+            retry_kwargs["countdown"] = backoff_interval(
+                factor=int(max(1.0, float(task.retry_backoff))),
+                retries=task.request.retries,
+                maximum=task.retry_backoff_max,
+                full_jitter=bool(task.retry_jitter),
+            )
+        raise task.retry(exc=exc, **retry_kwargs) from None
+
+
+def _limits(task: Task) -> tuple[float | None, float | None]:
+    conf = task.app.conf
+    soft = task.soft_time_limit if task.soft_time_limit is not None else conf.task_soft_time_limit
+    hard = task.time_limit if task.time_limit is not None else conf.task_time_limit
+    return soft, hard
+
+
+def run_attempt(task: Task, request: Context) -> Attempt:
+    """Run one attempt of ``task`` under ``request`` (pushed as ``task.request``)."""
+    args = tuple(request.args or ())
+    kwargs = dict(request.kwargs or {})
+    task_id = request.id or ""
+    stack = task.request_stack
+    stack.append(request)
+    _state.push_task(task)
+    outcome: Attempt
+    try:
+        task_prerun.send(sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs)
+        soft, hard = _limits(task)
+        guard = _TimeLimits(soft, hard) if (soft or hard) and not request.is_eager else None
+        try:
+            task.before_start(task_id, args, kwargs)
+            value = _call_with_autoretry(task, args, kwargs)
+        finally:
+            if guard is not None:
+                guard.stop()
+        if request._retry is not None:
+            raise request._retry
+        outcome = _succeeded(task, request, value, args, kwargs)
+    except Retry as retry:
+        outcome = _retrying(task, request, retry, args, kwargs)
+    except Ignore:
+        outcome = Attempt("ok", None, chain_stopped=True)
+        task_postrun.send(
+            sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, retval=None,
+            state=states.IGNORED,
+        )  # fmt: skip
+    except Reject as reject:
+        if reject.requeue:
+            outcome = _retrying(task, request, Retry(exc=reject, when=0), args, kwargs)
+        else:
+            outcome = _failed(task, request, reject, args, kwargs)
+    except BaseException as exc:  # a worker must record every failure, even SystemExit
+        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
+            raise
+        outcome = _failed(task, request, exc, args, kwargs)
+    finally:
+        _state.pop_task()
+        if stack and stack[-1] is request:
+            stack.pop()
+    return outcome
+
+
+def _succeeded(
+    task: Task, request: Context, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Attempt:
+    task_id = request.id or ""
+    _hook(task.on_success, value, task_id, args, kwargs)
+    task_success.send(sender=task, result=value)
+    _hook(task.after_return, states.SUCCESS, value, task_id, args, kwargs, None)
+    task_postrun.send(
+        sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, retval=value,
+        state=states.SUCCESS,
+    )  # fmt: skip
+    return Attempt("ok", value, chain_stopped=request.chain is None and _had_chain(request))
+
+
+def _had_chain(request: Context) -> bool:
+    return bool(getattr(request, "_chain_given", False))
+
+
+def _retrying(
+    task: Task, request: Context, retry: Retry, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Attempt:
+    task_id = request.id or ""
+    reason = retry.exc if isinstance(retry.exc, BaseException) else retry
+    einfo = ExceptionInfo(reason)
+    _hook(task.on_retry, reason, task_id, args, kwargs, einfo)
+    task_retry.send(sender=task, request=request, reason=retry, einfo=einfo)
+    task_postrun.send(
+        sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, retval=retry,
+        state=states.RETRY,
+    )  # fmt: skip
+    when = retry.when
+    eta = _eta_epoch(when)
+    countdown = None if eta is not None or isinstance(when, datetime) else float(when or 0)
+    return Attempt(
+        "retry",
+        exc=reason,
+        countdown=countdown,
+        eta=eta,
+        args=retry.args_override,
+        kwargs=retry.kwargs_override,
+        einfo=einfo,
+    )
+
+
+def _failed(
+    task: Task,
+    request: Context,
+    exc: BaseException,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Attempt:
+    task_id = request.id or ""
+    einfo = ExceptionInfo(exc)
+    if isinstance(exc, tuple(task.throws or ())):
+        log.info("task %s[%s] raised expected: %r", task.name, task_id, exc)
+    else:
+        log.error("task %s[%s] raised unexpected: %r", task.name, task_id, exc)
+    _hook(task.on_failure, exc, task_id, args, kwargs, einfo)
+    task_failure.send(
+        sender=task, task_id=task_id, exception=exc, args=args, kwargs=kwargs,
+        traceback=exc.__traceback__, einfo=einfo,
+    )  # fmt: skip
+    _hook(task.after_return, states.FAILURE, exc, task_id, args, kwargs, einfo)
+    task_postrun.send(
+        sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, retval=exc,
+        state=states.FAILURE,
+    )  # fmt: skip
+    return Attempt("error", exc=exc, einfo=einfo)
+
+
+def _hook(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("task hook %r raised", fn)

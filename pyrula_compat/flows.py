@@ -1,0 +1,332 @@
+"""The workflows behind tasks and chords, and submitting a signature from anywhere.
+
+A task ``proj.tasks.add`` is a workflow of that name whose params are
+``{"args": [...], "kwargs": {...}}`` plus optional canvas data (``chain``, ``link``,
+``link_error``, ``headers``, ``parent_id``/``root_id``, ``failed``). Each attempt of the
+body is its own journaled step (``attempt-0``, ``attempt-1``, ...) returning a JSON
+outcome, so a retry's countdown, arguments and count survive a crash; the wait between
+attempts is a durable ``ctx.sleep`` (the run reads ``RETRY`` meanwhile). Follow-ups (the
+next chain step, links, errbacks) are submitted in one more journaled step with the ids
+fixed when the canvas was called, so a replay submits nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pyrula.workflows import (
+    RetryPolicy,
+    Step,
+    StepContext,
+    WorkflowContext,
+    WorkflowDefinition,
+    workflow,
+)
+from pyrula.workflows.registry import Registry
+from pyrula_compat import codec, errors, states
+from pyrula_compat.app.task import Context
+from pyrula_compat.execution import Attempt, run_attempt
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+
+log = logging.getLogger("pyrula_compat.worker")
+
+ONE_ATTEMPT = RetryPolicy(max_attempts=1)
+"""Attempt steps never retry by themselves: the task's own retry rules decide."""
+HOSTNAME = f"pyrula@{socket.gethostname()}"
+
+
+# -- the task workflow -------------------------------------------------------------------
+def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[str, Any]:
+    if attempt.kind == "ok":
+        value = codec.to_json(attempt.value)
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            error = TypeError(f"the result of task {name} is not JSON serializable: {exc}")
+            return {"kind": "error", "error": errors.to_json(error)}
+        return {"kind": "ok", "value": value, "chain_stopped": attempt.chain_stopped}
+    assert attempt.exc is not None
+    error_text = errors.to_json(attempt.exc)
+    if attempt.kind == "retry":
+        step_ctx.set_progress(states.RETRY, {"error": error_text})
+        out: dict[str, Any] = {"kind": "retry", "countdown": attempt.countdown, "eta": attempt.eta}
+        if attempt.args is not None:
+            out["args"] = codec.to_json(list(attempt.args))
+        if attempt.kwargs is not None:
+            out["kwargs"] = codec.to_json(dict(attempt.kwargs))
+        return out
+    return {"kind": "error", "error": error_text}
+
+
+def _attempt_step(
+    step_ctx: StepContext,
+    app: Celery,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    retries: int,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    task = app.tasks[name]
+    chain = meta.get("chain")
+    request = Context(
+        id=step_ctx.run_id, args=codec.from_json(args), kwargs=codec.from_json(kwargs),
+        retries=retries, is_eager=False, called_directly=False, hostname=HOSTNAME,
+        root_id=meta.get("root_id") or step_ctx.run_id, parent_id=meta.get("parent_id"),
+        group=meta.get("group_id"), group_index=meta.get("group_index"),
+        chain=list(reversed(chain)) if chain else None, callbacks=meta.get("link"),
+        errbacks=meta.get("link_error"), headers=codec.from_json(meta.get("headers")) or {},
+        delivery_info={"exchange": "", "routing_key": "celery", "priority": None,
+                       "redelivered": step_ctx.attempt > 1},
+        task=name, correlation_id=step_ctx.run_id, reply_to=None, origin=HOSTNAME,
+    )  # fmt: skip
+    request._step = step_ctx
+    request._chain_given = bool(chain)  # type: ignore[attr-defined]
+    if retries:
+        step_ctx.set_progress(states.STARTED, None)  # no longer waiting to retry
+    return _outcome_json(run_attempt(task, request), name, step_ctx)
+
+
+def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) -> WorkflowDefinition:
+    """The workflow that runs task ``name`` of ``app``."""
+
+    async def celery_task(
+        ctx: WorkflowContext,
+        args: list[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        chain: list[dict[str, Any]] | None = None,
+        link: list[dict[str, Any]] | None = None,
+        link_error: list[dict[str, Any]] | None = None,
+        headers: dict[str, Any] | None = None,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+        group_id: str | None = None,
+        group_index: int | None = None,
+        failed: str | None = None,
+        expires_in: float | None = None,
+    ) -> Any:
+        meta = {
+            "chain": chain, "link": link, "link_error": link_error, "headers": headers,
+            "root_id": root_id, "parent_id": parent_id, "group_id": group_id,
+            "group_index": group_index,
+        }  # fmt: skip
+        if failed is not None:  # a chain or chord step whose predecessor failed
+            exc, tb = errors.from_json(failed)
+            raise errors.with_remote_traceback(exc, tb)
+        if expires_in is not None and await ctx.step(
+            "expiry", _expire_if_late, app, ctx.run_id, expires_in
+        ):
+            await ctx.step("expired", _noop)  # the cancel takes effect at this boundary
+        task = app.tasks[name]
+        call_args, call_kwargs = list(args or []), dict(kwargs or {})
+        retries = 0
+        while True:
+            attempt = Step(
+                _attempt_step, name=f"attempt-{retries}", retry=ONE_ATTEMPT,
+                timeout=task.time_limit or None,
+            )  # fmt: skip
+            outcome = await attempt(app, name, call_args, call_kwargs, retries, meta)
+            if outcome["kind"] != "retry":
+                break
+            if outcome.get("eta") is not None:
+                when = datetime.fromtimestamp(outcome["eta"], timezone.utc)
+                await ctx.sleep_until(when, name=f"retry-{retries}")
+            else:
+                await ctx.sleep(outcome.get("countdown") or 0.0, name=f"retry-{retries}")
+            call_args = outcome.get("args", call_args)
+            call_kwargs = outcome.get("kwargs", call_kwargs)
+            retries += 1
+        if outcome["kind"] == "ok":
+            rest = None if outcome.get("chain_stopped") else chain
+            if link or rest:
+                await ctx.step(
+                    "callbacks", _after_success, app, ctx.run_id, outcome["value"], link, rest,
+                    root_id or ctx.run_id,
+                )  # fmt: skip
+            return outcome["value"]
+        if link_error or chain:
+            await ctx.step(
+                "errbacks", _after_failure, app, ctx.run_id, name, outcome["error"],
+                link_error, chain, call_args, call_kwargs,
+            )  # fmt: skip
+        exc, tb = errors.from_json(outcome["error"])
+        raise errors.with_remote_traceback(exc, tb)
+
+    definition: WorkflowDefinition = workflow(name=name, registry=registry, rate_limit=rate)(
+        celery_task
+    )
+    return definition
+
+
+def _expire_if_late(app: Celery, run_id: str, expires_in: float) -> bool:
+    """Revoke this run if it started more than ``expires_in`` seconds after it was
+    created (a beat entry's ``expires`` option)."""
+    import time
+
+    handle = app.client().handle("", run_id)
+    record = handle.record()
+    if (record.started_at or time.time()) - record.created_at <= expires_in:
+        return False
+    handle.cancel()
+    return True
+
+
+def _noop() -> None:
+    return None
+
+
+def _after_success(
+    app: Celery,
+    run_id: str,
+    value: Any,
+    link: list[dict[str, Any]] | None,
+    chain: list[dict[str, Any]] | None,
+    root_id: str,
+) -> None:
+    result = codec.from_json(value)
+    extra = {"parent_id": run_id, "root_id": root_id}
+    for sig in link or ():
+        submit_signature(app, sig, [result], {}, extra=extra)
+    if chain:
+        submit_signature(app, chain[0], [result], {}, chain=chain[1:], extra=extra)
+
+
+def _after_failure(
+    app: Celery,
+    run_id: str,
+    name: str,
+    error: str,
+    link_error: list[dict[str, Any]] | None,
+    chain: list[dict[str, Any]] | None,
+    args: list[Any],
+    kwargs: dict[str, Any],
+) -> None:
+    exc, tb = errors.from_json(error)
+    request = Context(
+        id=run_id, task=name, args=codec.from_json(args), kwargs=codec.from_json(kwargs),
+        called_directly=False,
+    )  # fmt: skip
+    for data in link_error or ():
+        _call_errback(app, data, request, exc, tb)
+    for data in chain or ():
+        mark_failed(app, data, error)
+
+
+def _call_errback(app: Celery, data: dict[str, Any], request: Context, exc: Any, tb: str) -> None:
+    """New-style errbacks (more than one parameter) run here with ``(request, exc,
+    traceback)``, as Celery's worker calls them; old-style ones are queued with the
+    failed task's id."""
+    from pyrula_compat.canvas import Signature
+
+    sig = Signature.from_dict(data, app)
+    task = app.tasks.get(sig.task)
+    if task is not None and _arity(task) > 1:
+        sig(request, exc, tb)
+        return
+    submit_signature(app, data, [request.id], {})
+
+
+def _arity(task: Any) -> int:
+    import inspect
+
+    try:
+        params = inspect.signature(task.run).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 3
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def mark_failed(app: Celery, data: dict[str, Any], error: str) -> None:
+    """Record a never-run step of a failed chain as failed with the same error."""
+    kind = data.get("subtask_type")
+    kw = data.get("kwargs") or {}
+    if kind == "chord":
+        if kw.get("body"):
+            mark_failed(app, kw["body"], error)
+        return
+    if kind in ("group", "chain"):
+        for member in kw.get("tasks") or []:
+            mark_failed(app, member, error)
+        return
+    task_id = (data.get("options") or {}).get("task_id")
+    _submit_task(app, data, [], {}, extra={"failed": error}, task_id=task_id)
+
+
+# -- submitting any signature --------------------------------------------------------------
+def _submit_task(
+    app: Celery,
+    data: dict[str, Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    extra: dict[str, Any] | None = None,
+    task_id: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> None:
+    from pyrula_compat import calling
+
+    opts = {**(codec.from_json(data.get("options") or {})), **(options or {})}
+    link, link_error = opts.pop("link", None), opts.pop("link_error", None)
+    if data.get("immutable"):
+        call_args, call_kwargs = list(data.get("args") or []), dict(data.get("kwargs") or {})
+    else:
+        call_args = list(args) + list(data.get("args") or [])
+        call_kwargs = {**dict(data.get("kwargs") or {}), **kwargs}
+    calling.submit(
+        app, data["task"], codec.from_json(call_args), codec.from_json(call_kwargs),
+        task_id=task_id or opts.pop("task_id", None), link=link, link_error=link_error,
+        options=opts, extra=extra,
+    )  # fmt: skip
+
+
+def submit_signature(
+    app: Celery,
+    data: dict[str, Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    chain: list[dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Queue a frozen signature (task, group or chord) with ``args`` prepended; ``chain``
+    is what follows it."""
+    kind = data.get("subtask_type")
+    kw = data.get("kwargs") or {}
+    if kind == "chain":
+        steps = list(kw.get("tasks") or [])
+        if steps:
+            rest = steps[1:] + list(chain or [])
+            submit_signature(app, steps[0], args, kwargs, chain=rest, options=options, extra=extra)
+        return
+    if kind == "group":
+        group_id = (data.get("options") or {}).get("task_id")
+        for index, member in enumerate(kw.get("tasks") or []):
+            member_extra = {**(extra or {}), "group_id": group_id, "group_index": index}
+            submit_signature(app, member, args, kwargs, options=options, extra=member_extra)
+        return
+    if kind == "chord":
+        _submit_chord(app, data, args, chain)
+        return
+    _submit_task(app, data, args, kwargs, extra={**(extra or {}), "chain": chain or None},
+                 options=options)  # fmt: skip
+
+
+def _submit_chord(
+    app: Celery, data: dict[str, Any], args: list[Any], chain: list[dict[str, Any]] | None
+) -> None:
+    kw = data.get("kwargs") or {}
+    header = (kw.get("header") or {}).get("kwargs", {}).get("tasks", [])
+    chord_id = (data.get("options") or {}).get("task_id")
+    params = {"header": header, "body": kw["body"], "args": codec.to_json(list(args))}
+    if chain:
+        params["chain"] = chain
+    app.client().submit("celery.chord", params, run_id=chord_id, idempotency_key=chord_id)

@@ -1,0 +1,278 @@
+"""The canvas primitives: ``chain``, ``group``, ``chord`` (and ``chunks``/``xmap``).
+
+See :mod:`pyrula_compat.canvas` for how each composes on the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pyrula_compat.canvas import CHAIN, CHORD, GROUP, Signature, _iterable, maybe_signature
+from pyrula_compat.result import AsyncResult, EagerResult, GroupResult
+from pyrula_compat.utils import uuid
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+
+
+class _chain(Signature):
+    """``chain(a.s(), b.s(), c.s())`` or ``a.s() | b.s() | c.s()``."""
+
+    def __init__(self, *tasks: Any, **options: Any) -> None:
+        app = options.pop("app", None)
+        if len(tasks) == 1 and not isinstance(tasks[0], Signature) and _iterable(tasks[0]):
+            tasks = tuple(tasks[0])
+        flat: list[Signature] = []
+        for item in tasks:
+            sig = maybe_signature(item, app=app)
+            if isinstance(sig, _chain):
+                flat.extend(sig.tasks)
+            elif sig is not None:
+                flat.append(sig)
+        Signature.__init__(
+            self, "celery.chain", (), {"tasks": flat}, options, subtask_type=CHAIN, app=app
+        )
+
+    @property
+    def tasks(self) -> list[Signature]:
+        return list(self.kwargs.get("tasks") or [])
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
+        tasks = [Signature.from_dict(t, app) for t in (d.get("kwargs") or {}).get("tasks", [])]
+        return cls(*tasks, app=app, **(d.get("options") or {}))
+
+    def __or__(self, other: Any) -> Signature:
+        if isinstance(other, _chain):
+            return _chain(*self.tasks, *other.tasks, app=self._app)
+        if isinstance(other, Signature):
+            return _chain(*self.tasks, other, app=self._app)
+        return NotImplemented
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.apply_async(args, kwargs)
+
+    def steps(self) -> list[Signature]:
+        """The tasks, with each group followed by another step turned into a chord."""
+        out: list[Signature] = []
+        pending = self.tasks
+        index = 0
+        while index < len(pending):
+            sig = pending[index]
+            if isinstance(sig, group) and index + 1 < len(pending):
+                out.append(chord(sig, pending[index + 1], app=self._app))
+                index += 2
+                continue
+            out.append(sig)
+            index += 1
+        return out
+
+    def freeze(self, _id: str | None = None, **kwargs: Any) -> Any:
+        results = _freeze_steps(self.steps(), _id)
+        return results[-1] if results else None
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Submit the first step; each finished run submits the next. Returns the last
+        step's result, whose ``parent`` links back through the chain."""
+        app = self.app
+        if app.conf.task_always_eager:
+            return self.apply(args, kwargs, **options)
+        steps = self.steps()
+        if not steps:
+            return None
+        results = _freeze_steps(steps, options.pop("task_id", None))
+        from pyrula_compat import flows
+
+        flows.submit_signature(
+            app, steps[0].as_json(), list(args or ()), dict(kwargs or {}),
+            chain=[s.as_json() for s in steps[1:]], options=options,
+        )  # fmt: skip
+        return results[-1]
+
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        last: Any = None
+        call_args: Any = tuple(args or ())
+        for sig in self.steps():
+            res = sig.apply(call_args, kwargs if last is None else None, **options)
+            if isinstance(res, EagerResult) or hasattr(res, "get"):
+                res.parent = last
+            last = res
+            call_args = (res.get(),)
+        return last
+
+
+def _freeze_steps(steps: list[Signature], last_id: str | None) -> list[Any]:
+    results: list[Any] = []
+    previous: Any = None
+    for index, sig in enumerate(steps):
+        is_last = index == len(steps) - 1
+        res = sig.freeze(last_id if is_last else None)
+        if isinstance(res, AsyncResult) and previous is not None:
+            res.parent = previous
+            if res._creator is None:
+                res._creator = previous
+        results.append(res)
+        previous = res
+    return results
+
+
+class group(Signature):
+    """Run signatures in parallel; ``get()`` gives their results in order."""
+
+    def __init__(self, *tasks: Any, **options: Any) -> None:
+        app = options.pop("app", None)
+        if len(tasks) == 1 and not isinstance(tasks[0], Signature) and _iterable(tasks[0]):
+            tasks = tuple(tasks[0])
+        members = [s for s in (maybe_signature(t, app=app) for t in tasks) if s is not None]
+        Signature.__init__(
+            self, "celery.group", (), {"tasks": members}, options, subtask_type=GROUP, app=app
+        )
+
+    @property
+    def tasks(self) -> list[Signature]:
+        return list(self.kwargs.get("tasks") or [])
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
+        tasks = [Signature.from_dict(t, app) for t in (d.get("kwargs") or {}).get("tasks", [])]
+        return cls(*tasks, app=app, **(d.get("options") or {}))
+
+    def __or__(self, other: Any) -> Signature:
+        if isinstance(other, Signature) and not isinstance(other, _chain):
+            return chord(self, other, app=self._app)
+        return super().__or__(other)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.apply_async(args, kwargs)
+
+    def __len__(self) -> int:  # a group's length is its members', as in Celery
+        return len(self.tasks)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def freeze(self, _id: str | None = None, **kwargs: Any) -> GroupResult:  # type: ignore[override]
+        group_id = self.options.get("task_id") or _id or uuid()
+        self.options["task_id"] = group_id
+        members = [t.freeze() for t in self.tasks]
+        self["kwargs"]["tasks"] = self.tasks  # keep the frozen ids
+        return GroupResult(group_id, members, app=self.app)
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        app = self.app
+        if app.conf.task_always_eager:
+            return self.apply(args, kwargs, **options)
+        result = self.freeze(options.pop("task_id", None))
+        from pyrula_compat import flows
+
+        flows.submit_signature(
+            app, self.as_json(), list(args or ()), dict(kwargs or {}), options=options
+        )
+        return result
+
+    def apply(  # type: ignore[override]
+        self, args: Any = None, kwargs: Any = None, **options: Any
+    ) -> GroupResult:
+        group_id = self.options.get("task_id") or uuid()
+        return GroupResult(group_id, [t.apply(args, kwargs, **options) for t in self.tasks])
+
+
+class chord(Signature):
+    """``chord(header, body)``: the body runs with the header's results, in order."""
+
+    def __init__(self, header: Any, body: Any = None, **options: Any) -> None:
+        app = options.pop("app", None)
+        options.pop("task", None)
+        members = header.tasks if isinstance(header, group) else list(header)
+        head = group(*members, app=app)
+        Signature.__init__(
+            self, "celery.chord", (), {"header": head, "body": maybe_signature(body, app=app)},
+            options, subtask_type=CHORD, app=app,
+        )  # fmt: skip
+
+    @property
+    def tasks(self) -> list[Signature]:
+        return self.header.tasks
+
+    @property
+    def header(self) -> group:
+        return self.kwargs["header"]  # type: ignore[no-any-return]
+
+    @property
+    def body(self) -> Signature | None:
+        return self.kwargs.get("body")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
+        kw = d.get("kwargs") or {}
+        header = Signature.from_dict(kw["header"], app)
+        body = Signature.from_dict(kw["body"], app) if kw.get("body") else None
+        return cls(header, body, app=app, **(d.get("options") or {}))
+
+    def __call__(self, body: Any = None, **options: Any) -> Any:
+        return self.apply_async((), {"body": body} if body is not None else {}, **options)
+
+    def freeze(self, _id: str | None = None, **kwargs: Any) -> AsyncResult:
+        """Fix the chord's ids: its run (the group id), the header's child runs
+        (``<group id>.<position>``) and the body; return the body's result."""
+        body = self.body
+        if body is None:
+            raise ValueError("a chord needs a body: chord(header, body) or chord(header)(body)")
+        group_id = self.options.get("task_id") or uuid()
+        self.options["task_id"] = group_id
+        header_results = [
+            AsyncResult(f"{group_id}.{2 * i}", app=self.app, task_name=t.task)
+            for i, t in enumerate(self.header.tasks)
+        ]
+        runner = AsyncResult(group_id, app=self.app, task_name="celery.chord")
+        for res in header_results:
+            res._creator = runner
+        body_result = body.freeze(_id)
+        body_result.parent = GroupResult(group_id, header_results, app=self.app)
+        body_result._creator = runner
+        return body_result
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        kwargs = dict(kwargs or {})
+        if kwargs.get("body") is not None:
+            self["kwargs"]["body"] = maybe_signature(kwargs.pop("body"), app=self._app)
+        app = self.app
+        if app.conf.task_always_eager:
+            return self.apply(args, kwargs, **options)
+        result = self.freeze(options.pop("task_id", None))
+        from pyrula_compat import flows
+
+        flows.submit_signature(app, self.as_json(), list(args or ()), kwargs, options=options)
+        return result
+
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        body = self.body
+        if body is None:
+            raise ValueError("a chord needs a body")
+        values = self.header.apply(args, kwargs).get(propagate=True)
+        return body.apply((values,), **options)
+
+
+chain = _chain
+
+
+def chunks(sig: Signature, it: Iterable[Any], n: int, app: Celery | None = None) -> group:
+    """Split ``it`` into groups of ``n`` calls; each chunk is one task run per item here
+    (Celery runs a chunk as one task; the results have the same shape)."""
+    items = list(it)
+    parts = [items[i : i + n] for i in range(0, len(items), n)]
+    return group(*(xstarmap(sig, part, app=app) for part in parts), app=app)
+
+
+def xmap(sig: Signature, it: Iterable[Any], app: Celery | None = None) -> Signature:
+    """One ``celery.map`` task calling ``sig``'s task on each item, in one run."""
+    return Signature("celery.map", (), {"task": sig.task, "it": list(it)}, app=app or sig._app)
+
+
+def xstarmap(sig: Signature, it: Iterable[Any], app: Celery | None = None) -> Signature:
+    """One ``celery.starmap`` task calling ``sig``'s task with each item's arguments."""
+    return Signature(
+        "celery.starmap", (), {"task": sig.task, "it": [list(x) for x in it]},
+        app=app or sig._app,
+    )  # fmt: skip

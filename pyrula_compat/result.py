@@ -1,0 +1,311 @@
+"""``AsyncResult``, ``GroupResult`` and ``EagerResult`` (``celery.result``) on pyrula runs.
+
+A task id is a run id. States map from the run's status: queued (or no such run)
+``PENDING``; running ``STARTED`` (or the custom state ``update_state`` reported);
+sleeping between attempts ``RETRY``; completed ``SUCCESS``; failed or dead ``FAILURE``;
+cancelled, terminated or expired ``REVOKED``. ``get()`` waits on the store (no polling)
+and re-raises the task's own exception class with its message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pyrula.workflows import (
+    DurableInvocationError,
+    InvalidRunState,
+    ResultTimeout,
+    RunCancelled,
+    RunNotFound,
+    RunRecord,
+)
+from pyrula.workflows.serialization import ErrorInfo
+from pyrula_compat import codec, states
+from pyrula_compat._state import get_current_app, get_current_worker_task
+from pyrula_compat.exceptions import TimeoutError
+from pyrula_compat.runstate import decode, info_of, state_of
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+
+
+class ResultBase:
+    """Base of the result classes."""
+
+    parent: Any = None
+
+
+class AsyncResult(ResultBase):
+    """The result of a task, by id. ``app`` defaults to the current app."""
+
+    def __init__(
+        self,
+        id: str,
+        backend: Any = None,
+        task_name: str | None = None,
+        app: Celery | None = None,
+        parent: Any = None,
+    ) -> None:
+        self.id = str(id)
+        self.task_id = self.id
+        self.backend = backend
+        self.task_name = task_name
+        self._app = app
+        self.parent = parent
+        self._creator: AsyncResult | None = parent
+        """A run that creates this one before it ends (a chain's previous task)."""
+        self.ignored = False
+        self._cache: RunRecord | None = None
+
+    # -- plumbing ----------------------------------------------------------------------
+    @property
+    def app(self) -> Celery:
+        return self._app if self._app is not None else get_current_app()
+
+    def _handle(self) -> Any:
+        return self.app.client().handle(self.task_name or "", self.id)
+
+    def _record(self) -> RunRecord | None:
+        if self._cache is not None:
+            return self._cache
+        try:
+            record: RunRecord = self._handle().record()
+        except RunNotFound:
+            return None
+        if record.is_terminal:
+            self._cache = record
+        return record
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.id}>"
+
+    def __str__(self) -> str:
+        return self.id
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AsyncResult):
+            return other.id == self.id
+        if isinstance(other, str):
+            return other == self.id
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.id, None, self.task_name, None, self.parent))
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return state_of(self._record())
+
+    status = state
+
+    @property
+    def result(self) -> Any:
+        return info_of(self._record())
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        record = self._record()
+        if record is None or state_of(record) != states.FAILURE or not record.error:
+            return None
+        return ErrorInfo.from_json(record.error).traceback
+
+    @property
+    def date_done(self) -> datetime | None:
+        record = self._record()
+        if record is None or record.finished_at is None:
+            return None
+        return datetime.fromtimestamp(record.finished_at, timezone.utc)
+
+    @property
+    def name(self) -> str | None:
+        record = self._record()
+        return record.workflow if record is not None else self.task_name
+
+    def _params(self) -> dict[str, Any]:
+        record = self._record()
+        if record is None:
+            return {}
+        value = decode(record.params)
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def args(self) -> list[Any] | None:
+        params = self._params()
+        return codec.from_json(params.get("args") or []) if params else None
+
+    @property
+    def kwargs(self) -> dict[str, Any] | None:
+        params = self._params()
+        return codec.from_json(params.get("kwargs") or {}) if params else None
+
+    @property
+    def worker(self) -> str | None:
+        record = self._record()
+        return record.worker_id if record is not None else None
+
+    queue = None
+    retries = None
+    children: list[Any] | None = None
+
+    def ready(self) -> bool:
+        return self.state in states.READY_STATES
+
+    def successful(self) -> bool:
+        return self.state == states.SUCCESS
+
+    def failed(self) -> bool:
+        return self.state == states.FAILURE
+
+    def exists(self) -> bool:
+        """Whether a run with this id exists (Celery 5.7: a result, not an unknown id)."""
+        return self._record() is not None
+
+    # -- waiting -----------------------------------------------------------------------
+    def get(
+        self,
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float = 0.5,
+        no_ack: bool = True,
+        follow_parents: bool = True,
+        callback: Any = None,
+        on_message: Any = None,
+        on_interval: Any = None,
+        disable_sync_subtasks: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Wait for the task and return its value; re-raise its exception if it failed.
+
+        ``timeout`` (seconds) raises :class:`TimeoutError`; ``propagate=False`` returns
+        the exception instead of raising it. A revoked or expired task raises
+        :class:`TaskRevokedError`. Waiting sleeps until the store says the run ended.
+        """
+        if self.ignored:
+            return None
+        if disable_sync_subtasks and get_current_worker_task() is not None:
+            raise RuntimeError(
+                "Never call result.get() within a task! Pass disable_sync_subtasks=False "
+                "if you must (it holds a worker slot while it waits)."
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        record = self._wait(deadline, interval)
+        if record is None:
+            raise TimeoutError("The operation timed out.")
+        state = state_of(record)
+        if on_message is not None:
+            on_message({"status": state, "result": info_of(record), "task_id": self.id})
+        if state == states.SUCCESS:
+            return codec.from_json(decode(record.result))
+        failure = self._parent_failure() if follow_parents else None
+        exc = failure if failure is not None else info_of(record)
+        if propagate:
+            raise exc
+        return exc
+
+    wait = get
+
+    def _parent_failure(self) -> BaseException | None:
+        node = self.parent
+        chain: list[AsyncResult] = []
+        while isinstance(node, AsyncResult):
+            chain.append(node)
+            node = node.parent
+        for ancestor in reversed(chain):  # the first task that failed
+            record = ancestor._record()
+            if record is not None and state_of(record) == states.FAILURE:
+                return info_of(record)  # type: ignore[no-any-return]
+        if isinstance(node, GroupResult):
+            for member in node.results:
+                record = member._record()
+                if record is not None and state_of(record) == states.FAILURE:
+                    return info_of(record)  # type: ignore[no-any-return]
+        return None
+
+    def _wait(self, deadline: float | None, interval: float) -> RunRecord | None:
+        """The run once terminal, or None at the deadline."""
+        handle = self._handle()
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                handle.result(remaining)
+            except RunNotFound:
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._wait_until_created(deadline, interval)
+                continue
+            except ResultTimeout:
+                return None
+            except (DurableInvocationError, RunCancelled):
+                pass
+            record = self._record()
+            if record is not None and record.is_terminal:
+                return record
+
+    def _wait_until_created(self, deadline: float | None, interval: float) -> None:
+        creator = self._creator
+        if creator is not None and not creator._is_terminal():
+            creator._wait(deadline, interval)
+            return
+        pause = interval if deadline is None else min(interval, deadline - time.monotonic())
+        if pause > 0:
+            time.sleep(pause)
+
+    def _is_terminal(self) -> bool:
+        record = self._record()
+        return record is not None and record.is_terminal
+
+    # -- control -----------------------------------------------------------------------
+    def revoke(
+        self,
+        connection: Any = None,
+        terminate: bool = False,
+        signal: Any = None,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Cancel the task durably (it never starts, or stops at its next step
+        boundary); ``terminate=True`` ends it at once."""
+        self.app.control.revoke(self.id, terminate=terminate, signal=signal)
+        if wait:
+            self._wait(None if timeout is None else time.monotonic() + timeout, 0.5)
+
+    def forget(self) -> None:
+        """Delete the ended run and its result; its state reads PENDING again."""
+        self._cache = None
+        with contextlib.suppress(RunNotFound, InvalidRunState):
+            self._handle().forget()
+
+    def then(self, callback: Any, on_error: Any = None, weak: bool = False) -> None:
+        raise NotImplementedError("AsyncResult.then: use link= on the call instead")
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        parent = self.parent
+        return ((self.id, parent.as_tuple() if parent is not None else None), None)
+
+
+# Defined after AsyncResult, which EagerResult extends.
+from pyrula_compat.result_types import (  # noqa: E402
+    EagerResult,
+    GroupResult,
+    ResultSet,
+    result_from_tuple,
+)
+
+__all__ = [
+    "AsyncResult",
+    "EagerResult",
+    "GroupResult",
+    "ResultBase",
+    "ResultSet",
+    "result_from_tuple",
+    "state_of",
+]

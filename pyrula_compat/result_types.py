@@ -1,0 +1,172 @@
+"""``EagerResult`` (a task run here) and ``GroupResult`` (a group's members, in order)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyrula_compat import states
+from pyrula_compat.result import AsyncResult, ResultBase
+
+if TYPE_CHECKING:
+    from pyrula_compat.app.base import Celery
+
+
+class EagerResult(AsyncResult):
+    """The result of a task run in this process (``apply()``, eager mode)."""
+
+    def __init__(
+        self,
+        id: str,
+        ret_value: Any,
+        state: str,
+        traceback: str | None = None,
+        name: str | None = None,
+        app: Celery | None = None,
+    ) -> None:
+        super().__init__(id, task_name=name, app=app)
+        self._result = ret_value
+        self._state = state
+        self._traceback = traceback
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    status = state
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        return self._traceback
+
+    def ready(self) -> bool:
+        return True
+
+    def exists(self) -> bool:
+        return True
+
+    def get(  # type: ignore[override]
+        self, timeout: float | None = None, propagate: bool = True, **kwargs: Any
+    ) -> Any:
+        if self._state == states.SUCCESS:
+            return self._result
+        if self._state in states.PROPAGATE_STATES and propagate:
+            raise self._result
+        return self._result
+
+    wait = get
+
+    def forget(self) -> None:
+        pass
+
+    def revoke(self, *args: Any, **kwargs: Any) -> None:
+        self._state = states.REVOKED
+
+
+class GroupResult(ResultBase):
+    """The results of a group, in the group's order."""
+
+    def __init__(
+        self,
+        id: str | None = None,
+        results: Sequence[AsyncResult] | None = None,
+        parent: Any = None,
+        app: Celery | None = None,
+    ) -> None:
+        self.id = id
+        self.results = list(results or [])
+        self.parent = parent
+        self._app = app
+
+    def __repr__(self) -> str:
+        return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
+
+    def __iter__(self) -> Iterator[AsyncResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, index: int) -> AsyncResult:
+        return self.results[index]
+
+    @property
+    def children(self) -> list[AsyncResult]:
+        return self.results
+
+    def ready(self) -> bool:
+        return all(r.ready() for r in self.results)
+
+    def successful(self) -> bool:
+        return all(r.successful() for r in self.results)
+
+    def failed(self) -> bool:
+        return any(r.failed() for r in self.results)
+
+    def waiting(self) -> bool:
+        return not self.ready()
+
+    def completed_count(self) -> int:
+        """How many members succeeded."""
+        return sum(1 for r in self.results if r.successful())
+
+    def get(
+        self,
+        timeout: float | None = None,
+        propagate: bool = True,
+        interval: float = 0.5,
+        disable_sync_subtasks: bool = True,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """The members' values in order; the first failure is raised (``propagate``),
+        or left in the list as its exception (``propagate=False``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values: list[Any] = []
+        for member in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values.append(
+                member.get(
+                    timeout=remaining,
+                    propagate=propagate,
+                    interval=interval,
+                    disable_sync_subtasks=disable_sync_subtasks,
+                    follow_parents=False,
+                )
+            )
+        return values
+
+    join = get
+    join_native = get
+
+    def revoke(self, connection: Any = None, terminate: bool = False, **kwargs: Any) -> None:
+        for member in self.results:
+            member.revoke(terminate=terminate)
+
+    def forget(self) -> None:
+        for member in self.results:
+            member.forget()
+
+    def save(self, backend: Any = None) -> GroupResult:
+        return self
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        return ((self.id, None), [r.as_tuple() for r in self.results])
+
+
+ResultSet = GroupResult
+
+
+def result_from_tuple(value: Any, app: Celery | None = None) -> AsyncResult | GroupResult:
+    """Rebuild a result from :meth:`AsyncResult.as_tuple`."""
+    (task_id, parent), nodes = value
+    if nodes is not None:
+        return GroupResult(task_id, [result_from_tuple(n, app) for n in nodes], app=app)  # type: ignore[misc]
+    parent_result = result_from_tuple(parent, app) if parent is not None else None
+    return AsyncResult(task_id, app=app, parent=parent_result)

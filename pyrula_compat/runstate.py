@@ -1,0 +1,70 @@
+"""Celery's states from pyrula run records: what ``AsyncResult.state`` and ``.info`` read.
+
+queued (or no such run) ``PENDING``; running ``STARTED``, or the custom state the task
+reported with ``update_state``; sleeping between attempts ``RETRY`` (``info`` is the
+exception that caused the retry); waiting (a chord gathering its header) ``STARTED``;
+completed ``SUCCESS``; failed or dead ``FAILURE``; cancelled, terminated or expired
+``REVOKED``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyrula.workflows import RunRecord, RunStatus
+from pyrula_compat import codec, errors, states
+from pyrula_compat.exceptions import TaskRevokedError
+
+EXPIRED_ERROR = "RunExpired"
+
+
+def state_of(record: RunRecord | None) -> str:
+    """Celery's state for a run (None: an unknown id, which Celery reads as PENDING)."""
+    if record is None:
+        return states.PENDING
+    status = record.status
+    if status is RunStatus.QUEUED:
+        return states.PENDING
+    if status is RunStatus.RUNNING:
+        progress = record.progress_state
+        if progress and progress != states.RETRY:
+            return progress
+        return states.STARTED
+    if status is RunStatus.SLEEPING:
+        return states.RETRY
+    if status is RunStatus.WAITING:
+        return states.STARTED
+    if status is RunStatus.COMPLETED:
+        return states.SUCCESS
+    if status in (RunStatus.FAILED, RunStatus.DEAD):
+        return states.FAILURE
+    return states.REVOKED
+
+
+def _revoked_error(record: RunRecord) -> TaskRevokedError:
+    expired = bool(record.error and EXPIRED_ERROR in record.error)
+    return TaskRevokedError("expired" if expired else "revoked")
+
+
+def info_of(record: RunRecord | None) -> Any:
+    """Celery's ``result``/``info`` for a run."""
+    if record is None or record.status is RunStatus.QUEUED:
+        return None
+    state = state_of(record)
+    if state == states.SUCCESS:
+        return codec.from_json(decode(record.result))
+    if state == states.FAILURE:
+        return errors.from_json(record.error or "{}")[0]
+    if state == states.REVOKED:
+        return _revoked_error(record)
+    if record.progress_info is not None and record.progress_state not in (None, states.STARTED):
+        info = codec.from_json(decode(record.progress_info))
+        if record.progress_state == states.RETRY and isinstance(info, dict) and "error" in info:
+            return errors.from_json(info["error"])[0]
+        return info
+    return None
+
+
+def decode(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

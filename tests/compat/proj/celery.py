@@ -1,0 +1,33 @@
+"""The app, as in a Celery project's ``proj/celery.py``.
+
+The broker comes from ``CELERY_BROKER_URL`` (the tests set it per store), as it can in
+Celery; ``PROJ_BEAT=1`` turns the beat schedule on.
+"""
+
+import os
+from datetime import timedelta
+
+from pyrula_compat import Celery
+from pyrula_compat.schedules import crontab
+
+app = Celery("proj", broker="sqlite:///proj.db", include=["proj.tasks"])
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    timezone="UTC",
+    task_default_queue="default",
+)
+if os.environ.get("PROJ_BEAT"):
+    app.conf.beat_schedule = {
+        "tick-every-2s": {
+            "task": "proj.tasks.beat_tick",
+            "schedule": timedelta(seconds=2),
+            "args": (os.environ["PROJ_BEAT"],),
+        },
+        "nightly-report": {
+            "task": "proj.tasks.add",
+            "schedule": crontab(minute=0, hour=3, day_of_week="mon", day_of_month="1-7"),
+            "args": (1, 2),
+        },
+    }

@@ -1,0 +1,177 @@
+"""Tasks as a Celery project writes them (only the imports changed)."""
+
+import json
+import os
+import time
+
+from pyrula_compat import Task, shared_task
+from pyrula_compat.utils.log import get_task_logger
+
+from .celery import app
+
+logger = get_task_logger(__name__)
+
+
+class ProjError(Exception):
+    """A project-specific failure."""
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+
+
+def _wait_for(path: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@app.task
+def add(x, y):
+    logger.info("adding %s and %s", x, y)
+    return x + y
+
+
+@app.task
+def mul(x, y):
+    return x * y
+
+
+@shared_task
+def tsum(numbers):
+    return sum(numbers)
+
+
+@app.task
+def fail(message):
+    raise ProjError(message)
+
+
+@app.task(bind=True, autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
+def flaky(self, failures):
+    """Fails ``failures`` times with ConnectionError, then returns its retry count."""
+    if self.request.retries < failures:
+        raise ConnectionError(f"attempt {self.request.retries} failed")
+    return self.request.retries
+
+
+@app.task(bind=True, max_retries=2)
+def retry_manually(self, failures, countdown=0.2):
+    try:
+        if self.request.retries < failures:
+            raise OSError(f"disk busy on try {self.request.retries}")
+    except OSError as exc:
+        raise self.retry(exc=exc, countdown=countdown) from exc
+    return {"retries": self.request.retries, "id": self.request.id}
+
+
+@app.task(bind=True, max_retries=2)
+def retry_without_raising(self, value):
+    """``self.retry(args, kwargs, exc=..., throw=False)``: retried with new arguments
+    once the body returns."""
+    if self.request.retries == 0:
+        self.retry(args=(value * 10,), exc=ValueError("again"), throw=False, countdown=0.1)
+        return "discarded"
+    return value
+
+
+@app.task(bind=True, max_retries=1)
+def retry_then_give_up(self):
+    raise self.retry(countdown=0.1)
+
+
+@app.task(bind=True)
+def progress(self, gate):
+    self.update_state(state="PROGRESS", meta={"done": 1, "total": 2})
+    _wait_for(gate)
+    return "finished"
+
+
+@app.task(bind=True)
+def request_info(self, *args, **kwargs):
+    return {
+        "id": self.request.id,
+        "args": list(self.request.args),
+        "kwargs": self.request.kwargs,
+        "retries": self.request.retries,
+        "is_eager": self.request.is_eager,
+        "root_id": self.request.root_id,
+        "parent_id": self.request.parent_id,
+    }
+
+
+@app.task
+def slow(seconds, marker=None):
+    if marker:
+        _append(marker, f"start {os.getpid()}")
+    time.sleep(seconds)
+    return seconds
+
+
+@app.task
+def wait_gate(gate, marker):
+    _append(marker, f"start {os.getpid()}")
+    _wait_for(gate, 60)
+    return os.getpid()
+
+
+@app.task(bind=True)
+def stop_chain(self, value):
+    self.request.chain = None
+    return value
+
+
+@app.task
+def record_error(request, exc, traceback, path):
+    _append(path, json.dumps({"id": request.id, "error": repr(exc)}))
+
+
+@app.task
+def record(value, path):
+    _append(path, json.dumps(value))
+    return value
+
+
+@app.task
+def beat_tick(path):
+    _append(path, f"{time.time():.3f}")
+
+
+@app.task(rate_limit="5/s")
+def limited(path):
+    _append(path, f"{time.time():.3f}")
+
+
+@app.task(soft_time_limit=0.5)
+def cooperative_loop():
+    from pyrula_compat.exceptions import SoftTimeLimitExceeded
+
+    try:
+        while True:
+            sum(range(1000))
+    except SoftTimeLimitExceeded:
+        return "cleaned up"
+
+
+class HookedTask(Task):
+    def on_success(self, retval, task_id, args, kwargs):
+        _append(kwargs["path"], f"success {retval}")
+
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        _append(kwargs["path"], f"failure {type(exc).__name__}")
+
+    def after_return(self, status, retval, task_id, args, kwargs, einfo):
+        _append(kwargs["path"], f"after_return {status}")
+
+
+@app.task(base=HookedTask)
+def hooked(value, path):
+    if value < 0:
+        raise ValueError("negative")
+    return value
+
+
+@app.task
+def echo(value):
+    return value

@@ -16,11 +16,21 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyrula.workflows import StepContext, Store, WorkflowContext, step, workflow
+from pyrula.workflows import (
+    StepContext,
+    Store,
+    WorkerOptions,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowWorker,
+    open_store,
+    step,
+    workflow,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -78,6 +88,35 @@ async def bench_three_steps(ctx: WorkflowContext, n: int = 0) -> int:
     b = await ctx.step("two", noop_plain)
     c = await ctx.step("three", noop_plain)
     return int(a + b + c + n)
+
+
+@workflow
+async def bench_sleep(ctx: WorkflowContext, seconds: float) -> float:
+    """Sleep durably for ``seconds``, then journal the store's time (``ctx.now()``) on
+    waking: the timer benchmark reads both from the journal. Returns the wake-up time."""
+    await ctx.sleep(seconds)
+    woke = await ctx.now()
+    return woke.timestamp()
+
+
+@workflow
+async def bench_noop(ctx: WorkflowContext) -> int:
+    """A run with no steps: its cost is the claim, the journal load and the finish."""
+    return 1
+
+
+BENCH_WORKFLOWS: dict[str, WorkflowDefinition] = {
+    definition.name: definition
+    for definition in (
+        bench_decorated_steps,
+        bench_inline_steps,
+        bench_sync_steps,
+        bench_three_steps,
+        bench_sleep,
+        bench_noop,
+    )
+}
+"""The benchmark workflows by name, for :func:`serve` in a spawned worker process."""
 
 
 # -- figures -----------------------------------------------------------------------------
@@ -156,3 +195,44 @@ async def wait_for_worker(store: Store, proc: subprocess.Popen[bytes], timeout: 
         if time.monotonic() > deadline:
             raise RuntimeError(f"no worker registered within {timeout}s")
         await asyncio.sleep(0.05)
+
+
+# -- self-spawned worker processes (timer_lateness.py, tenant_claims.py) -----------------
+def start_script_worker(
+    script: str, store_url: str, workflows: Sequence[str], options: Mapping[str, float]
+) -> subprocess.Popen[bytes]:
+    """Start ``python bench/<script> --serve <store_url> ...``: the script's own worker mode,
+    serving ``workflows`` (names in :data:`BENCH_WORKFLOWS`) with ``options`` (WorkerOptions
+    fields). Stop it with :func:`stop_worker`."""
+    argv = [sys.executable, str(BENCH_DIR / script), "--serve", store_url]
+    for name in workflows:
+        argv += ["--serve-workflow", name]
+    for field, value in options.items():
+        argv += ["--serve-option", f"{field}={value!r}"]
+    return subprocess.Popen(argv, cwd=REPO_ROOT)
+
+
+def parse_options(pairs: Sequence[str]) -> dict[str, float]:
+    """``["timer_poll_interval_s=0.5", ...]`` -> WorkerOptions keyword arguments."""
+    options: dict[str, float] = {}
+    for pair in pairs:
+        field, _, value = pair.partition("=")
+        options[field] = int(value) if value.isdigit() else float(value)
+    return options
+
+
+async def serve(store_url: str, workflows: Sequence[str], options: Mapping[str, float]) -> None:
+    """Run one WorkflowWorker on ``store_url`` until SIGTERM or SIGINT (graceful stop)."""
+    store = open_store(store_url)
+    worker = WorkflowWorker(
+        store,
+        workflows=[BENCH_WORKFLOWS[name] for name in workflows],
+        options=WorkerOptions(**options),  # type: ignore[arg-type]
+    )
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.stop)
+    try:
+        await worker.run()
+    finally:
+        await store.close()

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from pyrula.workflows.errors import PayloadError, StoreUnavailable
-from pyrula.workflows.records import FlowControl, RunStatus
+from pyrula.workflows.records import FlowControl, Lease, Outcome, RunStatus, Wait
 from pyrula.workflows.stores import open_store
 from pyrula.workflows.stores.sqlite import SqliteStore
 from pyrula.workflows.stores.sqlite.sql import SCHEMA_VERSION, Q
 
 from .conftest import FakeClock
-from .helpers import COMPLETED, create, entry, running
+from .helpers import COMPLETED, TTL, claim_one, create, entry, new_run, running
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ async def test_a_version_2_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     conn = raw(sqlite_path)
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == (SCHEMA_VERSION,) == ("4",)
+    assert version == (SCHEMA_VERSION,) == ("5",)
 
 
 async def test_a_held_back_claim_writes_nothing(sqlite_store: SqliteStore) -> None:
@@ -277,6 +277,8 @@ async def test_hot_queries_use_an_index_without_sorting(
     assert "TEMP B-TREE" not in plan.upper(), plan
     # The only scan allowed is running_count's over its own LIMIT-ed subquery.
     assert "SCAN" not in plan.upper().replace("SCAN (SUBQUERY-1)", ""), plan
+    if query in ("due_heads", "owner_queues"):  # only active owners, one index range
+        assert "COVERING INDEX owners_active (workflow=? AND active=?)" in plan, plan
 
 
 def _fill(path: Path, count: int, owners: int) -> None:
@@ -362,3 +364,125 @@ async def test_waiting_does_not_busy_poll(sqlite_store: SqliteStore) -> None:
     await sqlite_store.wait_run(lease.run_id, timeout=0.5)
     await sqlite_store.wait_for_work(["wf"], timeout=0.5)
     assert calls < 2 * (0.5 / 0.05 + 6), calls  # ~16 per wait: 5, 10, 20, 40, 50, 50 ms...
+
+
+# -- idle owners --------------------------------------------------------------------------
+def _active(path: Path) -> dict[str, int]:
+    conn = raw(path)
+    rows = dict(conn.execute("SELECT owner, active FROM owners WHERE workflow = 'wf'"))
+    conn.close()
+    return rows
+
+
+async def _go_idle(store: SqliteStore, how: str) -> Lease:
+    """A run of owner "idle", claimed (then suspended for the waits); then a claim that
+    finds nothing queued of "idle" clears its flag."""
+    await create(store, owner="idle", run_id="r")
+    lease = await claim_one(store)
+    if how == "timer":
+        assert await store.suspend_run("r", lease.token, Wait(wake_at=store._db.clock() + 5))
+    elif how == "signal":
+        assert await store.suspend_run("r", lease.token, Wait(signal="go"))
+    elif how == "child":
+        child = new_run("child", run_id="c1", parent_run_id="r")
+        await store.start_child(lease.token, entry("r", 0, "child", kind="child"), child)
+        assert await store.suspend_run("r", lease.token, Wait(child="c1"))
+    assert _active(Path(store.path)) == {"idle": 1}
+    assert await store.claim_runs("w", ["wf"], 10, TTL) == []
+    assert _active(Path(store.path)) == {"idle": 0}
+    return lease
+
+
+async def _requeue(store: SqliteStore, clock: FakeClock, lease: Lease, how: str) -> None:
+    failed = Outcome(RunStatus.FAILED, error="{}")
+    if how == "create":
+        await store.finish_run("r", lease.token, COMPLETED)
+        await create(store, owner="idle", run_id="r2")
+    elif how == "release":
+        await store.release_run("r", lease.token)
+    elif how == "retry":
+        await store.finish_run("r", lease.token, failed)
+        await store.retry_run("r")
+    elif how == "recover":
+        clock.advance(TTL + 1)
+        assert (await store.recover_expired(5, 10)).requeued == ("r",)
+    elif how == "timer":
+        clock.advance(5)
+        assert await store.fire_timers(10) == 1
+    elif how == "signal":
+        await store.send_signal("r", "go", "1")
+    else:
+        child = await claim_one(store, "child")
+        await store.finish_run("c1", child.token, COMPLETED)
+
+
+HOWS = ["create", "release", "retry", "recover", "timer", "signal", "child"]
+
+
+@pytest.mark.parametrize("how", HOWS)
+async def test_an_idle_owner_comes_back_when_a_run_is_queued(
+    sqlite_store: SqliteStore, clock: FakeClock, how: str
+) -> None:
+    """Claims skip owners with nothing queued; every path that queues a run (the
+    triggers on runs) makes its owner claimable again."""
+    lease = await _go_idle(sqlite_store, how)
+    await create(sqlite_store, owner="busy", delay=60)  # queued, not due: stays active
+    assert await sqlite_store.claim_runs("w", ["wf"], 10, TTL) == []
+    assert _active(Path(sqlite_store.path)) == {"idle": 0, "busy": 1}
+    assert await sqlite_store.next_due_at(["wf"]) == clock() + (5 if how == "timer" else 60)
+    await _requeue(sqlite_store, clock, lease, how)
+    assert _active(Path(sqlite_store.path))["idle"] == 1
+    [again] = await sqlite_store.claim_runs("w", ["wf"], 10, TTL)
+    assert again.run.owner == "idle"
+
+
+async def test_claim_cost_ignores_idle_owners(sqlite_store: SqliteStore) -> None:
+    """2,000 owners with a running run and nothing queued: the first claim finds them
+    idle (and clears them, once); after that a claim probes only the busy owner."""
+    conn = raw(Path(sqlite_store.path))
+    conn.executemany(
+        "INSERT INTO runs (run_id, workflow, params, status, owner, created_at, available_at,"
+        " updated_at) VALUES (?, 'wf', '{}', 'running', ?, 0, 0, 0)",
+        [(f"x{i}", f"idle{i}") for i in range(2000)],
+    )
+    conn.execute("INSERT INTO owners (workflow, owner) SELECT workflow, owner FROM runs")
+    conn.close()
+    for i in range(3):
+        await create(sqlite_store, owner="busy", run_id=f"b{i}")
+    first, [claimed] = await _claim_steps(sqlite_store, 1)
+    steps, [again] = await _claim_steps(sqlite_store, 1)
+    assert (claimed, again) == ("b0", "b1")
+    assert first > 500 and steps < 50, (first, steps)
+    assert sum(_active(Path(sqlite_store.path)).values()) == 1
+
+
+async def test_a_version_4_file_is_migrated(sqlite_path: Path, clock: FakeClock) -> None:
+    store = SqliteStore(sqlite_path, clock=clock)
+    await create(store, owner="a", run_id="queued")
+    await running(store, run_id="busy")
+    await store.close()
+    # Back to version 4: owners without active, no index, no triggers.
+    conn = raw(sqlite_path)
+    for kind, name in [("INDEX", "owners_active"), ("TRIGGER", "runs_queued_insert")]:
+        conn.execute(f"DROP {kind} {name}")
+    conn.execute("DROP TRIGGER runs_queued_update")
+    conn.execute("ALTER TABLE owners DROP COLUMN active")
+    conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    conn.close()
+    store = SqliteStore(sqlite_path, clock=clock)
+    await store.open()
+    assert _active(sqlite_path) == {"a": 1, "": 1}  # all active until a claim
+    assert [lease.run_id for lease in await store.claim_runs("w", ["wf"], 10, TTL)] == ["queued"]
+    assert _active(sqlite_path) == {"a": 1, "": 0}  # "a" is found idle by the next claim
+    assert await store.claim_runs("w", ["wf"], 10, TTL) == []
+    assert _active(sqlite_path) == {"a": 0, "": 0}
+    await create(store, owner="a", run_id="new")  # the trigger is there
+    assert _active(sqlite_path) == {"a": 1, "": 0}
+    await store.close()
+    conn = raw(sqlite_path)
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    query = "EXPLAIN QUERY PLAN " + Q["due_heads"]
+    plan = conn.execute(query, {"workflow": "wf", "now": 0}).fetchall()
+    conn.close()
+    assert version == ("5",)
+    assert any("owners_active" in str(row[-1]) for row in plan)

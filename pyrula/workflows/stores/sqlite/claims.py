@@ -1,9 +1,12 @@
 """Fair, flow-controlled claiming in SQL (the rules are in ``stores/flow.py``).
 
 Per workflow, the ``owners`` table lists every owner that ever had a run of it, with
-``last_served``; one index probe of ``runs_owner_queue`` per owner finds its head run
+``last_served`` and ``active`` (set by a trigger whenever one of its runs becomes
+queued); one index probe of ``runs_owner_queue`` per active owner finds its head run
 (first queued by ``(available_at, seq)``). So a claim costs in proportion to the number
-of owners, never to the depth of the queue. The owner with the lowest
+of owners with queued runs, never to the depth of the queue nor to idle owners: a claim
+that finds an active owner with no queued run at all clears its flag, in its own
+transaction (so no run can become queued meanwhile). The owner with the lowest
 :func:`~pyrula.workflows.stores.flow.owner_turn` goes next; after its claim, one more
 probe finds its new head.
 """
@@ -59,10 +62,12 @@ def claim(
 def _claim_workflow(
     tx: Tx, worker_id: str, workflow: str, limit: int, lease_ttl: float
 ) -> list[Lease]:
-    owners = {
-        row["owner"]: _Owner(row["last_served"], row)
-        for row in tx.many("due_heads", workflow=workflow, now=tx.now)
-    }
+    owners: dict[str, _Owner] = {}
+    for head in tx.many("due_heads", workflow=workflow, now=tx.now):
+        if head["seq"] is not None:
+            owners[head["owner"]] = _Owner(head["last_served"], head)
+        elif head["idle"]:
+            tx.run("set_idle", workflow=workflow, owner=head["owner"])
     counter: int = tx.scalar("claim_counter", workflow=workflow) or 0
     served: dict[str, int] = {}
     leases: list[Lease] = []

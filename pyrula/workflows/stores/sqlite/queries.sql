@@ -57,9 +57,6 @@ INSERT INTO runs (
 ON CONFLICT DO NOTHING
 RETURNING *;
 
--- name: add_owner
-INSERT INTO owners (workflow, owner) VALUES (:workflow, :owner) ON CONFLICT DO NOTHING;
-
 -- name: drop_owner_if_idle
 -- After a delete: an owner left with no run of the workflow leaves the claim probes.
 -- Its last_served goes too, which changes no turn: its next run is stamped now, and a
@@ -94,21 +91,31 @@ WHERE workflow = :workflow AND status = 'queued' AND available_at <= :now
 LIMIT 1;
 
 -- name: due_heads
--- Claims: each owner's first due queued run, one index probe per owner.
+-- Claims: each active owner's first due queued run, one index probe per owner. An
+-- owner without one (seq NULL) is idle when it has no queued run at all (a second
+-- probe, made only then): the claim then clears its active flag.
 SELECT o.owner AS owner, o.last_served AS last_served, r.seq AS seq, r.stamp AS stamp,
        r.run_id AS run_id, r.expires_at AS expires_at,
        r.available_at AS available_at, r.rate_key AS rate_key,
        r.rate_per_second AS rate_per_second, r.rate_burst AS rate_burst,
-       r.owner_concurrency AS owner_concurrency
+       r.owner_concurrency AS owner_concurrency,
+       CASE WHEN r.seq IS NULL THEN NOT EXISTS (
+           SELECT 1 FROM runs AS q
+           WHERE q.workflow = o.workflow AND q.owner = o.owner AND q.status = 'queued'
+       ) ELSE 0 END AS idle
 FROM owners AS o
-JOIN runs AS r ON r.seq = (
+LEFT JOIN runs AS r ON r.seq = (
     SELECT h.seq FROM runs AS h
     WHERE h.workflow = o.workflow AND h.owner = o.owner AND h.status = 'queued'
       AND h.available_at <= :now
     ORDER BY h.available_at, h.seq
     LIMIT 1
 )
-WHERE o.workflow = :workflow;
+WHERE o.workflow = :workflow AND o.active = 1;
+
+-- name: set_idle
+-- Only inside the claim's transaction that found the owner with no queued run.
+UPDATE owners SET active = 0 WHERE workflow = :workflow AND owner = :owner;
 
 -- name: due_head
 -- The next due queued run of one owner, after a claim took its head.
@@ -140,7 +147,7 @@ ORDER BY available_at, seq
 LIMIT 1;
 
 -- name: owner_queues
--- next_due_at: per owner with queued runs, its first due run (only if rate-limited:
+-- next_due_at: per active owner with queued runs, its first due run (only if rate-limited:
 -- that one waits for a token) and its first run that is not due yet.
 SELECT o.owner AS owner,
        d.available_at AS due_at, d.rate_key AS rate_key,
@@ -162,7 +169,7 @@ LEFT JOIN runs AS l ON l.seq = (
     ORDER BY h.available_at, h.seq
     LIMIT 1
 )
-WHERE o.workflow = :workflow AND (d.seq IS NOT NULL OR l.seq IS NOT NULL);
+WHERE o.workflow = :workflow AND o.active = 1 AND (d.seq IS NOT NULL OR l.seq IS NOT NULL);
 
 -- name: next_wake
 SELECT MIN(wake_at) FROM runs

@@ -86,12 +86,33 @@ CREATE INDEX IF NOT EXISTS signals_pending ON signals (run_id, name, seq);
 
 -- Fairness state: every owner that ever had a run of the workflow, and when it was
 -- last served (the workflow's claim counter at its last claim; NULL: never).
+-- active: 1 whenever the owner has a queued run (the triggers below set it); a claim
+-- clears it once it finds none, so claims probe only owners with queued runs.
 CREATE TABLE IF NOT EXISTS owners (
     workflow    TEXT NOT NULL,
     owner       TEXT NOT NULL,
     last_served INTEGER,
+    active      INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (workflow, owner)
 ) WITHOUT ROWID;
+-- Claims and next_due_at read only active owners: a covering index.
+CREATE INDEX IF NOT EXISTS owners_active
+    ON owners (workflow, active, owner, last_served);
+
+-- Every path that makes a run queued (create, release, retry, recovery, a timer, a
+-- signal, a child ending...) goes through one of these two triggers.
+CREATE TRIGGER IF NOT EXISTS runs_queued_insert AFTER INSERT ON runs
+WHEN NEW.status = 'queued'
+BEGIN
+    INSERT INTO owners (workflow, owner) VALUES (NEW.workflow, NEW.owner)
+    ON CONFLICT (workflow, owner) DO UPDATE SET active = 1 WHERE active = 0;
+END;
+CREATE TRIGGER IF NOT EXISTS runs_queued_update AFTER UPDATE OF status ON runs
+WHEN NEW.status = 'queued'
+BEGIN
+    INSERT INTO owners (workflow, owner) VALUES (NEW.workflow, NEW.owner)
+    ON CONFLICT (workflow, owner) DO UPDATE SET active = 1 WHERE active = 0;
+END;
 
 -- Per workflow: goes up by one on every claim.
 CREATE TABLE IF NOT EXISTS claim_counters (

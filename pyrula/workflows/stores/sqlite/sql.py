@@ -23,7 +23,7 @@ from pyrula.workflows.records import (
     WorkerInfo,
 )
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
 
@@ -172,16 +172,23 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": _V2_RUN_COLUMNS + _V3_RUN_COLUMNS + _V4_RUN_COLUMNS,
     "2": _V3_RUN_COLUMNS + _V4_RUN_COLUMNS,
     "3": _V4_RUN_COLUMNS,
+    "4": (),
 }
 """The run columns a file of each older version lacks."""
+_V5_OWNER_COLUMN = "active INTEGER NOT NULL DEFAULT 1"
+"""Version 5: owners with queued runs, so claims skip idle ones. Every existing owner
+starts active; the first claim clears the idle ones."""
 
 
 def _migrate(conn: sqlite3.Connection, found: str) -> None:
     """Bring a file of version ``found`` to SCHEMA_VERSION, inside the open transaction:
-    add the run columns it lacks, then SCHEMA adds the missing tables and indexes (a
-    version 1 file also gets the owners of its existing runs)."""
+    add the run (and owner) columns it lacks, then SCHEMA adds the missing tables,
+    indexes and triggers (a version 1 file also gets the owners of its existing runs)."""
     for column in _MIGRATIONS[found]:
         conn.execute(f"ALTER TABLE runs ADD COLUMN {column}")
+    owner_columns = {row[1] for row in conn.execute("PRAGMA table_info(owners)")}
+    if owner_columns and "active" not in owner_columns:  # no table: SCHEMA creates it
+        conn.execute(f"ALTER TABLE owners ADD COLUMN {_V5_OWNER_COLUMN}")
     for statement in SCHEMA:
         conn.execute(statement)
     if found == "1":

@@ -99,7 +99,7 @@ class Tx:
             expires_at=new.expires_at,
         )
         if row is not None:
-            self.run("add_owner", workflow=new.workflow, owner=new.owner)
+            # The runs_queued_insert trigger records (or reactivates) the owner.
             self.note(work_key(new.workflow))
             return to_run(row), True
         if new.idempotency_key is not None:

@@ -105,6 +105,12 @@ async def bench_noop(ctx: WorkflowContext) -> int:
     return 1
 
 
+@workflow
+async def bench_one_step(ctx: WorkflowContext) -> int:
+    """The no-op run of the Valkey throughput benchmark: one trivial inline step."""
+    return await ctx.step("one", noop_plain)
+
+
 BENCH_WORKFLOWS: dict[str, WorkflowDefinition] = {
     definition.name: definition
     for definition in (
@@ -114,6 +120,7 @@ BENCH_WORKFLOWS: dict[str, WorkflowDefinition] = {
         bench_three_steps,
         bench_sleep,
         bench_noop,
+        bench_one_step,
     )
 }
 """The benchmark workflows by name, for :func:`serve` in a spawned worker process."""

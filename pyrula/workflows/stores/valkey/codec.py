@@ -37,9 +37,31 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def pairs(flat: Sequence[Any]) -> dict[str, str]:
-    """A flat ``[field, value, ...]`` reply as a dict of str."""
+def pairs(flat: Sequence[Any] | str | bytes) -> dict[str, str]:
+    """A flat ``[field, value, ...]`` reply, or a run packed by the Lua (one string of
+    ``<bytes>:<field><bytes>:<value>...``), as a dict of str."""
+    if isinstance(flat, (str, bytes)):
+        return unpack_fields(flat)
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def unpack_fields(packed: str | bytes) -> dict[str, str]:
+    """Read back lua/common.lua's ``pack_flat``/``pack_run``: lengths are in bytes."""
+    if isinstance(packed, str) and packed.isascii():  # bytes == characters: slice the str
+        return _unpack(packed, ":", str)
+    data = packed.encode() if isinstance(packed, str) else packed
+    return _unpack(data, b":", bytes.decode)
+
+
+def _unpack(data: Any, colon_char: Any, as_text: Any) -> dict[str, str]:
+    items: list[str] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        colon = data.index(colon_char, pos)
+        stop = colon + 1 + int(data[pos:colon])
+        items.append(as_text(data[colon + 1 : stop]))
+        pos = stop
+    return dict(zip(items[::2], items[1::2], strict=True))
 
 
 def num(value: float) -> str:

@@ -268,6 +268,16 @@ class Server:
                     *(self._send(client, n, k, a) for n, k, a in calls), return_exceptions=True
                 )
             )
+        if len(calls) == 1:  # one call: no pipeline object (it costs more than the call)
+            name, key, args = calls[0]
+            try:
+                return [await client.execute_command(*self._fcall_args(name, key, args))]
+            except vex.ResponseError as exc:  # as the pipeline reports it
+                return [exc]
+            except Exception as exc:
+                if isinstance(exc, StoreError):
+                    raise
+                raise self.translate(exc) from None
         try:
             async with client.pipeline(transaction=False) as pipe:
                 for name, key, args in calls:

@@ -31,8 +31,8 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
     ns:{ns:meta}:m    hash  "shards" -> shard_count, "w:<workflow>" -> its shard_count
     ns:{ns:meta}:wk   hash  worker id -> heartbeat
     ns:{ns:w:<wf>}:d  zset  hint: shard -> when it next has work of <wf>  (:v versions,
-                      :wake list idle claimers block on)
-    ns:{ns:timers}:d  zset  hint: shard -> its earliest timer              (:v versions)
+                      cluster only; :wake list idle claimers block on)
+    ns:{ns:timers}:d  zset  hint: shard -> its earliest timer   (:v versions, cluster only)
     ns:{ns:sched}:s:<id> hash a schedule;  :next zset enabled by next_fire_at;  :ids zset
     ns:{ns:flow}:b    hash  rate bucket -> "tokens|updated_at";  :c:<wf>:<owner> zset
                       running runs under an owner_concurrency cap, by lease expiry
@@ -229,4 +229,5 @@ local K = {{ {families} }}
 local function kpart(s) return #s .. ':' .. s end
 local function hint_prefix(ns, wf) return ns .. ':{{' .. ns .. ':w:' .. wf .. '}}:' end
 local function timer_hint_prefix(ns) return ns .. ':{{' .. ns .. ':timers}}:' end
+local function shard_prefix(ns, k) return ns .. ':{{' .. ns .. ':' .. k .. '}}:' end
 """

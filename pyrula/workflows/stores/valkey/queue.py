@@ -3,7 +3,9 @@
 Claiming one workflow: read its hint (the shards with due work; this also clears its
 wake-up list, since this claimer now looks at all of them), then claim on those shards in
 one round trip, the worker's own leased shards first, rotating so that every shard is
-visited in turn: a tenant with a few runs waits about one pass over the shards. On each
+visited in turn: a tenant with a few runs waits about one pass over the shards. On a
+single node both steps are one call (``claim_due``), which may touch every shard; on a
+cluster they are two, the second pipelined per node. On each
 shard the Lua picks owners by deficit round robin (stores/flow.py). A run under flow
 control stops the shard's claim; its rate token and concurrency slot are taken in the
 flow slot, then the claim on that shard continues with the run admitted or its owner
@@ -106,10 +108,11 @@ class QueueOps(ValkeyCore):
     async def _claim_workflow(
         self, worker_id: str, workflow: str, limit: int, ttl: float
     ) -> list[Lease]:
-        if self.cluster:
-            await self._resync(workflow)
-        due = flat_text(await self._server.call("hint_read", self._keys.hint(workflow)))
-        shards = sorted(int(due[i]) for i in range(0, len(due), 2))
+        if not self.cluster:
+            return await self._claim_due(worker_id, workflow, limit, ttl)
+        await self._resync(workflow)
+        due = text(await self._server.call("hint_read", self._keys.hint(workflow)))
+        shards = sorted(int(shard) for shard in due.split(",")) if due else []
         if not shards:
             return []
         owned = self._owned.get(worker_id, frozenset())
@@ -142,6 +145,33 @@ class QueueOps(ValkeyCore):
                 open_shards = [s for s in open_shards if s in full or s not in visited]
                 if not full and all(s in visited for s in open_shards):
                     break
+        return leases
+
+    async def _claim_due(
+        self, worker_id: str, workflow: str, limit: int, ttl: float
+    ) -> list[Lease]:
+        """Single node: read the hint and claim on the due shards in one call (the Lua
+        follows the plan of the cluster path above); shards stopped by flow control are
+        finished here, one by one."""
+        cursor = self._cursor.get(workflow, 0)
+        owned = sorted(self._owned.get(worker_id, frozenset()))
+        reply = await self._server.call(
+            "claim_due", self._keys.hint(workflow), self.namespace, workflow, worker_id,
+            str(limit), num(ttl), str(cursor), *[str(shard) for shard in owned],
+        )  # fmt: skip
+        flat, blocked, visited = flat_text(await self._after(0, reply))
+        self._cursor[workflow] = cursor + int(visited)
+        leases = [lease_of(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+        for i in range(0, len(blocked), 8):
+            shard, owed = int(blocked[i]), int(blocked[i + 1])
+            try:
+                leases += await self._claim_rest(
+                    shard, owed, [[], blocked[i + 2 : i + 8]], worker_id, workflow, ttl
+                )
+            except StoreError as exc:  # the runs claimed already are returned
+                if not leases:
+                    raise
+                log.warning("a claim on %s failed on shard %d: %s", self.url, shard, exc)
         return leases
 
     async def _claim_on(

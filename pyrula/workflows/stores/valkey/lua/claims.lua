@@ -4,16 +4,17 @@
 --   claim      ARGV[4..] workflow, worker_id, limit, lease_ttl, then three counted lists:
 --              n, n admitted run ids (through flow control already); m, m owners at
 --              their concurrency cap; h, h (owner, rate_key) pairs out of tokens
---              -> {{run_id, run, ...}, blocked} where blocked is {} or the head run the
+--              -> {{run_id, packed run, ...}, blocked} where blocked is {} or the head run the
 --              caller must pass through flow control first: {run_id, owner, rate_key,
 --              rate_per_second, rate_burst, owner_concurrency}
 --   fire       ARGV[4] limit -> how many sleeping/waiting runs were queued
+--   claim_due  (single node) hint_read and claim in one call: see the function
 --   next_due   ARGV[4..] workflows -> per workflow {future_due, future_timer,
 --              rate_heads, capped_future} (see Python's next_due_at)
 --   sync       ARGV[4..] workflows -> ''   (recompute this shard's hints)
 -- Hint functions (KEYS[1] a workflow's hint prefix "ns:{ns:w:<wf>}:", or the timer
 -- hint prefix):
---   hint_read  ARGV[1] clock -> {shard, score, ...} due now; clears the wake list
+--   hint_read  ARGV[1] clock -> "shard,shard,..." due now; clears the wake list
 --   hint_set   ARGV[2..] shard, version, due, timer, wake, ... (cluster mode)
 --   timer_hint_set  ARGV[2..] shard, version, timer
 --   timer_due  ARGV[1] clock -> {shard, score, ...} whose earliest timer is due
@@ -29,8 +30,9 @@ end
 
 -- An owner's first due run not held by a rate key in held (a set), within the window.
 local function effective_head(c, wf, owner, held)
+  -- Without held rate keys the first due run is the head: fetch one, not the window.
   local due = redis.call('ZRANGEBYSCORE', qkey(c, wf, owner), '-inf', fmt(c.now), 'LIMIT', 0,
-                         RATE_SKIP_WINDOW)
+                         held == nil and 1 or RATE_SKIP_WINDOW)
   for _, m in ipairs(due) do
     local id = member_id(m)
     if held == nil then return id end
@@ -75,20 +77,10 @@ local function next_owner(c, wf, okey, skip, held)
   return best, best_head
 end
 
-register('claim', function(keys, argv)
-  local c = ctx(keys, argv)
-  local wf, worker, limit, ttl = argv[4], argv[5], tonumber(argv[6]), tonumber(argv[7])
-  local i = 8
-  local admitted, skip, held = {}, {}, {}
-  for j = 1, tonumber(argv[i]) do admitted[argv[i + j]] = true end
-  i = i + tonumber(argv[i]) + 1
-  for j = 1, tonumber(argv[i]) do skip[argv[i + j]] = true end
-  i = i + tonumber(argv[i]) + 1
-  for j = 1, tonumber(argv[i]) do
-    local owner, key = argv[i + 2 * j - 1], argv[i + 2 * j]
-    held[owner] = held[owner] or {}
-    held[owner][key] = true
-  end
+-- Claim up to limit runs of wf on c's shard, fairly across its owners. Returns the
+-- leases {run_id, packed run, ...} and blocked ({} or the head run that must pass flow
+-- control first: {run_id, owner, rate_key, rate_per_second, rate_burst, cap}).
+local function claim_shard(c, wf, worker, limit, ttl, admitted, skip, held)
   local w = kpart(wf)
   local okey = c.P .. K.owners .. w
   local leases, blocked = {}, {}
@@ -118,12 +110,98 @@ register('claim', function(keys, argv)
                           ua = fmt(c.now), sa = r.sa or fmt(c.now), ex = NIL, xe = NIL})
         redis.call('ZADD', c.P .. K.leases, fmt(expires), r.id)
         leases[#leases + 1] = r.id
-        leases[#leases + 1] = dump(c, r.id)
+        leases[#leases + 1] = pack_run(r)
         claimed = claimed + 1
       end
     end
   end
+  return leases, blocked
+end
+
+register('claim', function(keys, argv)
+  local c = ctx(keys, argv)
+  local wf, worker, limit, ttl = argv[4], argv[5], tonumber(argv[6]), tonumber(argv[7])
+  local i = 8
+  local admitted, skip, held = {}, {}, {}
+  for j = 1, tonumber(argv[i]) do admitted[argv[i + j]] = true end
+  i = i + tonumber(argv[i]) + 1
+  for j = 1, tonumber(argv[i]) do skip[argv[i + j]] = true end
+  i = i + tonumber(argv[i]) + 1
+  for j = 1, tonumber(argv[i]) do
+    local owner, key = argv[i + 2 * j - 1], argv[i + 2 * j]
+    held[owner] = held[owner] or {}
+    held[owner][key] = true
+  end
+  local leases, blocked = claim_shard(c, wf, worker, limit, ttl, admitted, skip, held)
   return done(c, {leases, blocked})
+end)
+
+local function rotated(items, by)
+  local n = #items
+  if n == 0 then return items end
+  local out = {}
+  for j = 1, n do out[j] = items[(by + j - 1) % n + 1] end
+  return out
+end
+
+-- Single node only (it touches every shard's keys): hint_read and the claims on the due
+-- shards in one call, the same plan as the cluster path in Python (queue.py): the
+-- worker's own shards first, then the others, each group rotated by the cursor; every
+-- round asks each open shard for an equal share of what is left, and a shard that gave
+-- all it was asked stays open. A shard stopped by flow control is reported (with what
+-- it still owed) for the caller to finish through flow control.
+-- KEYS[1] the workflow's hint prefix; ARGV[2..] namespace, workflow, worker_id, limit,
+-- lease_ttl, cursor, then the worker's own shards
+-- -> {payload = {{run_id, packed run, ...}, {shard, owed, blocked (6 fields), ...},
+--     shards visited}, {}, {}, followups}
+register('claim_due', function(keys, argv)
+  local now = now_of(argv[1])
+  local ns, wf, worker = argv[2], argv[3], argv[4]
+  local limit, ttl, cursor = tonumber(argv[5]), tonumber(argv[6]), tonumber(argv[7])
+  local own = {}
+  for i = 8, #argv do own[argv[i]] = true end
+  redis.call('DEL', keys[1] .. 'wake')
+  local mine, others = {}, {}
+  for _, shard in ipairs(redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(now))) do
+    if own[shard] then mine[#mine + 1] = tonumber(shard) else others[#others + 1] = tonumber(shard) end
+  end
+  table.sort(mine)
+  table.sort(others)
+  local leases, blocked, follow = {}, {}, {}
+  local claimed, owed, visited = 0, 0, 0
+  for _, group in ipairs({rotated(mine, cursor), rotated(others, cursor)}) do
+    local open = group
+    while #open > 0 and claimed + owed < limit do
+      local each = math.ceil((limit - claimed - owed) / #open)
+      local still = {}
+      for _, shard in ipairs(open) do
+        local n = math.min(each, limit - claimed - owed)
+        if n <= 0 then
+          still[#still + 1] = shard  -- not asked this round
+        else
+          visited = visited + 1
+          local c = {P = shard_prefix(ns, shard), now = now, ns = ns, shard = tostring(shard),
+                     touched = {}, tt = {}, wake = {}, timers = false, follow = {}}
+          local got, stop = claim_shard(c, wf, worker, n, ttl, {}, {}, {})
+          local reply = done(c, '')
+          for _, x in ipairs(reply[4]) do follow[#follow + 1] = x end
+          for _, x in ipairs(got) do leases[#leases + 1] = x end
+          local taken = #got / 2
+          claimed = claimed + taken
+          if #stop > 0 then
+            owed = owed + n - taken
+            for _, x in ipairs({tostring(shard), tostring(n - taken), unpack(stop)}) do
+              blocked[#blocked + 1] = x
+            end
+          elseif taken >= n then
+            still[#still + 1] = shard
+          end
+        end
+      end
+      open = still
+    end
+  end
+  return {{leases, blocked, tostring(visited)}, {}, {}, follow}
 end)
 
 register('fire', function(keys, argv)
@@ -179,7 +257,10 @@ end)
 
 register('sync', function(keys, argv)
   local c = ctx(keys, argv)
-  for i = 4, #argv do c.touched[argv[i]] = true end
+  for i = 4, #argv do
+    c.touched[argv[i]] = true
+    c.tt[argv[i]] = true
+  end
   c.timers = true
   return done(c, '')
 end)
@@ -187,7 +268,8 @@ end)
 register('hint_read', function(keys, argv)
   local now = now_of(argv[1])
   redis.call('DEL', keys[1] .. 'wake')
-  return redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(now), 'WITHSCORES')
+  -- One string, not an array: a client parses one reply element far faster than 64.
+  return table.concat(redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(now)), ',')
 end)
 
 register('hint_set', function(keys, argv)

@@ -29,7 +29,7 @@ local function fail(code, msg) error({err = 'PYRULA_' .. code .. ' ' .. msg}) en
 
 local function ctx(keys, argv)
   return {P = keys[1], now = now_of(argv[1]), ns = argv[2], shard = argv[3],
-          touched = {}, wake = {}, timers = false, follow = {}}
+          touched = {}, tt = {}, wake = {}, timers = false, follow = {}}
 end
 
 local function load_run(c, id)
@@ -40,7 +40,28 @@ local function load_run(c, id)
   return r
 end
 
-local function dump(c, id) return redis.call('HGETALL', c.P .. K.run .. id) end
+-- A run's fields as one string, "<bytes>:<field><bytes>:<value>..." (codec.py unpack):
+-- one reply element instead of ~30, which clients parse far faster.
+local function pack_flat(flat)
+  local parts = {}
+  for i = 1, #flat do parts[i] = #flat[i] .. ':' .. flat[i] end
+  return table.concat(parts)
+end
+
+local function dump(c, id) return pack_flat(redis.call('HGETALL', c.P .. K.run .. id)) end
+
+-- The same from r, a run loaded with load_run and changed only through set_fields (which
+-- mirrors every write in r): no second HGETALL.
+local function pack_run(r)
+  local parts = {}
+  for f, v in pairs(r) do
+    if f ~= 'id' then
+      v = tostring(v)
+      parts[#parts + 1] = #f .. ':' .. f .. #v .. ':' .. v
+    end
+  end
+  return table.concat(parts)
+end
 
 local TERMINAL = {completed = true, failed = true, cancelled = true, terminated = true,
                   dead = true}
@@ -71,8 +92,9 @@ local function set_fields(c, r, changes)
   local hset, hdel = {}, {}
   for f, v in pairs(changes) do
     if v == NIL then
+      -- r holds every field of the run (load_run) or is new: absent means nothing to delete.
+      if r[f] ~= nil then hdel[#hdel + 1] = f end
       r[f] = nil
-      hdel[#hdel + 1] = f
     else
       r[f] = v
       hset[#hset + 1] = f
@@ -123,6 +145,7 @@ local function leave(c, r)
     redis.call('ZREM', c.P .. K.timers .. w, member(r))
     redis.call('ZREM', c.P .. K.all_timers, member(r))
     c.touched[r.wf] = true
+    c.tt[r.wf] = true
     c.timers = true
   end
 end
@@ -206,39 +229,54 @@ local function apply_hint_at(hp, shard, ver, due, timer, wake)
   end
 end
 
-local function apply_wf_hint(ns, wf, shard, ver, due, timer, wake)
-  apply_hint_at(hint_prefix(ns, wf), shard, ver, due, timer, wake)
-end
-
--- The timer hint keeps one zset, 'd': shard -> its earliest timer.
-local function apply_timer_hint(ns, shard, ver, timer)
-  apply_hint_at(timer_hint_prefix(ns), shard, ver, timer, nil, nil)
-end
-
 local function first_score(key)
   return redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] or ''
+end
+
+-- Single node: write a hint in the same atomic call that changed the shard. No version
+-- is needed (versions order the cluster's separate hint writes); the 't' zset is only
+-- rewritten when the workflow's timers changed (timer nil).
+local function write_hint(hp, shard, due, timer, wake)
+  if due == '' then redis.call('ZREM', hp .. 'd', shard)
+  else redis.call('ZADD', hp .. 'd', due, shard) end
+  if timer ~= nil then
+    if timer == '' then redis.call('ZREM', hp .. 't', shard)
+    else redis.call('ZADD', hp .. 't', timer, shard) end
+  end
+  if wake then
+    redis.call('LPUSH', hp .. 'wake', '1')
+    redis.call('LTRIM', hp .. 'wake', 0, 7)
+  end
+end
+
+local function done_inline(c)
+  for wf in pairs(c.touched) do
+    local w = kpart(wf)
+    local timer = nil
+    if c.tt[wf] then timer = first_score(c.P .. K.timers .. w) end
+    write_hint(hint_prefix(c.ns, wf), c.shard, first_score(c.P .. K.due .. w), timer, c.wake[wf])
+  end
+  if c.timers then
+    write_hint(timer_hint_prefix(c.ns), c.shard, first_score(c.P .. K.all_timers), nil, nil)
+  end
 end
 
 -- Recompute the hints of what this call touched; write them inline or return them.
 local function done(c, payload)
   local hints, th = {}, {}
-  if next(c.touched) ~= nil or c.timers then
+  if c.ns ~= '' then
+    done_inline(c)
+  elseif next(c.touched) ~= nil or c.timers then
+    -- Cluster: the hints live in other slots; return them, versioned, for hint_set.
     local ver = redis.call('INCR', c.P .. K.version)
     for wf in pairs(c.touched) do
       local w = kpart(wf)
       local due = first_score(c.P .. K.due .. w)
       local timer = first_score(c.P .. K.timers .. w)
       local wake = c.wake[wf] and '1' or ''
-      if c.ns ~= '' then
-        apply_wf_hint(c.ns, wf, c.shard, ver, due, timer, wake)
-      else
-        for _, x in ipairs({wf, ver, due, timer, wake}) do hints[#hints + 1] = x end
-      end
+      for _, x in ipairs({wf, ver, due, timer, wake}) do hints[#hints + 1] = x end
     end
-    if c.timers then
-      local timer = first_score(c.P .. K.all_timers)
-      if c.ns ~= '' then apply_timer_hint(c.ns, c.shard, ver, timer) else th = {ver, timer} end
-    end
+    if c.timers then th = {ver, first_score(c.P .. K.all_timers)} end
   end
   local flat = {}
   for _, f in ipairs(c.follow) do

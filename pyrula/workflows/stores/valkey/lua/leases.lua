@@ -4,7 +4,8 @@
 --
 -- Shard functions (contract in common.lua):
 --   renew          ARGV[4] lease_ttl, then run_id, token pairs
---                  -> {{'ok'|'cancel'|'lost', ...}, expires_at}
+--                  -> {{'ok'|'cancel'|'lost'|'done', ...}, expires_at}  ('done': it ended
+--                  under that token, e.g. finished while this renewal was on its way)
 --   append         ARGV[4..] run_id, token, position, attempts, entry
 --                  -> {'ok', cancel_requested '0'|'1'} or {'nondet', existing entry}
 --   consume_signal ARGV[4..] the signal list key, run_id, token, position, attempts,
@@ -32,7 +33,10 @@ register('renew', function(keys, argv)
   local out = {}
   for i = 5, #argv, 2 do
     local r = load_run(c, argv[i])
-    if r == nil or r.st ~= 'running' or r.tk ~= argv[i + 1] then
+    if r ~= nil and TERMINAL[r.st] and r.tk == argv[i + 1] then
+      -- Ended under this very lease (its finish crossed this renewal): not lost.
+      out[#out + 1] = 'done'
+    elseif r == nil or r.st ~= 'running' or r.tk ~= argv[i + 1] then
       out[#out + 1] = 'lost'
     else
       set_fields(c, r, {le = fmt(expires)})
@@ -124,7 +128,7 @@ register('finish', function(keys, argv)
   if argv[9] == '1' then changes.er = argv[10] end
   if argv[11] ~= '' then changes.fp = argv[11] end
   end_run(c, r, status, changes)
-  return done(c, dump(c, id))
+  return done(c, pack_run(r))
 end)
 
 register('release', function(keys, argv)
@@ -169,6 +173,7 @@ register('suspend', function(keys, argv)
     redis.call('ZADD', c.P .. K.timers .. kpart(r.wf), wake_at, member(r))
     redis.call('ZADD', c.P .. K.all_timers, wake_at, member(r))
     c.touched[r.wf] = true
+    c.tt[r.wf] = true
     c.timers = true
   end
   return done(c, '1')

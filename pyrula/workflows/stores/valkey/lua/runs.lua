@@ -65,8 +65,7 @@ register('create', function(keys, argv)
     end
     fail('STATE', 'a run with id ' .. id .. ' already exists')
   end
-  insert_run(c, argv, 4)
-  return done(c, {'created', dump(c, id)})
+  return done(c, {'created', pack_run(insert_run(c, argv, 4))})
 end)
 
 -- Non-terminal descendants on this shard, parents before children; others followed up.

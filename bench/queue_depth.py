@@ -36,7 +36,6 @@ from common import (
     stop_worker,
     wait_for_worker,
 )
-
 from pyrula.workflows import RunStatus, Store, open_store
 from pyrula.workflows.records import NewRun
 

@@ -14,7 +14,6 @@ import logging
 import signal
 
 from common import bench_three_steps
-
 from pyrula.workflows import WorkerOptions, WorkflowWorker, open_store
 
 

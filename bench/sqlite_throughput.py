@@ -32,7 +32,6 @@ from common import (
     verdict,
     wait_for_worker,
 )
-
 from pyrula.workflows import (
     MemoryStore,
     RunHandle,

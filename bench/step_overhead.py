@@ -29,7 +29,6 @@ from common import (
     row,
     verdict,
 )
-
 from pyrula.workflows import InlineWorkflowRunner, WorkflowDefinition
 
 TARGET_US = 50.0

@@ -52,7 +52,6 @@ from common import (
     stop_worker,
     wait_for_worker,
 )
-
 from pyrula.workflows import (
     MemoryStore,
     RunStatus,

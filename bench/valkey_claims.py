@@ -42,7 +42,10 @@ from typing import Any
 
 import valkey
 import valkey.asyncio as valkey_async
+
 from common import bench_noop, bench_one_step, header, median, percentile, row
+from pyrula.workflows import RunStatus, ValkeyStore, WorkflowClient
+from pyrula.workflows.records import JournalEntry, NewRun, Outcome
 from valkey_server import (
     BenchValkey,
     CommandCounter,
@@ -51,9 +54,6 @@ from valkey_server import (
     exit_on_sigterm,
     function_times,
 )
-
-from pyrula.workflows import RunStatus, ValkeyStore, WorkflowClient
-from pyrula.workflows.records import JournalEntry, NewRun, Outcome
 
 INSERT_BATCH = 200
 """create_run calls in flight at once while filling a backlog."""

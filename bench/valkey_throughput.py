@@ -39,6 +39,7 @@ import time
 import uuid
 
 import valkey
+
 from common import (
     BENCH_DIR,
     REPO_ROOT,
@@ -49,10 +50,9 @@ from common import (
     serve,
     stop_worker,
 )
-from valkey_server import BenchValkey, Delta, Snapshot, exit_on_sigterm
-
 from pyrula.workflows import RunStatus, ValkeyStore, WorkflowClient
 from pyrula.workflows.records import NewRun
+from valkey_server import BenchValkey, Delta, Snapshot, exit_on_sigterm
 
 INSERT_BATCH = 200
 

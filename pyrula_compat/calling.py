@@ -1,9 +1,11 @@
 """Queueing a task: Celery's call options turned into one ``submit`` on the store.
 
-``task_id`` is the run id and its idempotency key, so sending the same id twice
-returns the first run. ``countdown``/``eta`` hold the run back (``delay``/``start_at``);
-``expires`` drops it if it has not started by then. ``queue``, ``priority``,
-``routing_key`` and the broker options are accepted and have no effect.
+``task_id`` is the run id and, when the caller chose it, its idempotency key, so
+sending the same id twice returns the first run (an id generated here is new, so it
+needs no key: that saves the key's reservation, a round trip per call).
+``countdown``/``eta`` hold the run back (``delay``/``start_at``); ``expires`` drops it if
+it has not started by then. ``queue``, ``priority``, ``routing_key`` and the broker
+options are accepted and have no effect.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def submit(
 ) -> AsyncResult:
     """Queue a run of task ``name``; return its AsyncResult (id known now)."""
     options = dict(options or {})
-    task_id = task_id or options.pop("task_id", None) or uuid()
+    chosen = task_id or options.pop("task_id", None)
+    task_id = chosen or uuid()
     headers = options.get("headers")
     params = task_params(
         args, kwargs, app=app, link=link, link_error=link_error, headers=headers, extra=extra
@@ -133,7 +136,7 @@ def submit(
     _publish(before_task_publish, name, task_id, params, options)
     client = app.client()
     client.submit(
-        name, params, run_id=task_id, idempotency_key=task_id, delay=delay,
+        name, params, run_id=task_id, idempotency_key=chosen or None, delay=delay,
         start_at=start_at, expires_at=expires_at,
     )  # fmt: skip
     _publish(after_task_publish, name, task_id, params, options)

@@ -6,8 +6,11 @@ A task ``proj.tasks.add`` is a workflow of that name whose params are
 body is its own journaled step (``attempt-0``, ``attempt-1``, ...) returning a JSON
 outcome, so a retry's countdown, arguments and count survive a crash; the wait between
 attempts is a durable ``ctx.sleep`` (the run reads ``RETRY`` meanwhile). Follow-ups (the
-next chain step, links, errbacks) are submitted in one more journaled step with the ids
-fixed when the canvas was called, so a replay submits nothing twice.
+next chain step, links, errbacks) are submitted with the ids fixed when the canvas was
+called, so a replay submits nothing twice: after a success, inside the attempt's own
+step, before its outcome is journaled (``"followed": true``; a replay re-runs the body
+only if the worker died before that journal write, as it would anyway); if that
+submission fails, and after a failure, in one more journaled step.
 """
 
 from __future__ import annotations
@@ -90,7 +93,19 @@ def _attempt_step(
     request._chain_given = bool(chain)  # type: ignore[attr-defined]
     if retries:
         step_ctx.set_progress(states.STARTED, None)  # no longer waiting to retry
-    return _outcome_json(run_attempt(task, request), name, step_ctx)
+    outcome = _outcome_json(run_attempt(task, request), name, step_ctx)
+    rest = None if outcome.get("chain_stopped") else chain
+    if outcome["kind"] == "ok" and (meta.get("link") or rest):
+        try:
+            _after_success(
+                app, step_ctx.run_id, outcome["value"], meta.get("link"), rest,
+                meta.get("root_id") or step_ctx.run_id,
+            )  # fmt: skip
+        except Exception as exc:  # the workflow submits them in a step of their own
+            log.warning("task %s[%s]: follow-ups not queued yet: %r", name, step_ctx.run_id, exc)
+        else:
+            outcome["followed"] = True
+    return outcome
 
 
 def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) -> WorkflowDefinition:
@@ -144,7 +159,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             retries += 1
         if outcome["kind"] == "ok":
             rest = None if outcome.get("chain_stopped") else chain
-            if link or rest:
+            if (link or rest) and not outcome.get("followed"):
                 await ctx.step(
                     "callbacks", _after_success, app, ctx.run_id, outcome["value"], link, rest,
                     root_id or ctx.run_id,

@@ -15,15 +15,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import (
-    DurableInvocationError,
     InvalidRunState,
-    ResultTimeout,
-    RunCancelled,
     RunNotFound,
     RunRecord,
 )
 from pyrula.workflows.serialization import ErrorInfo
-from pyrula_compat import codec, states
+from pyrula_compat import codec, states, store
 from pyrula_compat._state import get_current_app, get_current_worker_task
 from pyrula_compat.exceptions import TimeoutError
 from pyrula_compat.runstate import decode, info_of, state_of
@@ -231,24 +228,24 @@ class AsyncResult(ResultBase):
         return None
 
     def _wait(self, deadline: float | None, interval: float) -> RunRecord | None:
-        """The run once terminal, or None at the deadline."""
-        handle = self._handle()
+        """The run once terminal, or None at the deadline. One store call when the run
+        has ended already: the record the wait returns is the one kept."""
+        if self._cache is not None:
+            return self._cache
+        client = self.app.client()
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                handle.result(remaining)
+                record = store.wait_record(client, self.id, remaining)
             except RunNotFound:
                 if remaining is not None and remaining <= 0:
                     return None
                 self._wait_until_created(deadline, interval)
                 continue
-            except ResultTimeout:
-                return None
-            except (DurableInvocationError, RunCancelled):
-                pass
-            record = self._record()
-            if record is not None and record.is_terminal:
-                return record
+            if not record.is_terminal:
+                return None  # the deadline passed (or the client is closing)
+            self._cache = record
+            return record
 
     def _wait_until_created(self, deadline: float | None, interval: float) -> None:
         creator = self._creator

@@ -18,7 +18,7 @@ import os
 import threading
 from urllib.parse import urlsplit
 
-from pyrula.workflows import open_store
+from pyrula.workflows import RunRecord, open_store
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.sync import WorkflowClient
 from pyrula_compat.exceptions import ImproperlyConfigured
@@ -153,6 +153,13 @@ def client_for(url: str | None) -> WorkflowClient:
             )
             _clients[key] = client
         return client
+
+
+def wait_record(client: WorkflowClient, run_id: str, timeout: float | None) -> RunRecord:
+    """The run once it has ended, or as it is when ``timeout`` passes: the store's
+    ``wait_run`` on the client's loop, so a result costs one call (no second read of
+    the record after the wait). Raises RunNotFound for an unknown id."""
+    return client._call(client.store.wait_run(run_id, timeout))
 
 
 def close_clients() -> None:

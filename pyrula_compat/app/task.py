@@ -175,11 +175,17 @@ class Task:
 
     def check_arguments(self, *args: Any, **kwargs: Any) -> None:
         """Raise TypeError when the arguments don't fit the body's signature."""
-        try:
-            signature = inspect.signature(self.run)
-        except (TypeError, ValueError):
-            return
-        signature.bind(*args, **kwargs)
+        run = self.run
+        body = getattr(run, "__func__", run)
+        cached = self.__dict__.get("_signature_of")
+        if cached is None or cached[0] is not body:  # computed once per body (patchable)
+            try:
+                cached = (body, inspect.signature(run))
+            except (TypeError, ValueError):
+                cached = (body, None)
+            self.__dict__["_signature_of"] = cached
+        if cached[1] is not None:
+            cached[1].bind(*args, **kwargs)
 
     def _typing(self) -> bool:
         if self.typing is not None:

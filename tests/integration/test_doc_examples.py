@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import os
 import re
@@ -28,15 +27,6 @@ from pyrula.workflows.sync import WorkflowClient
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = ROOT / "examples"
-OWN_DOCS = (
-    "index.md",
-    "quickstart.md",
-    "concepts.md",
-    "worker.md",
-    "stores.md",
-    "errors.md",
-    "store-protocol.md",
-)
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -133,17 +123,6 @@ def _python_blocks(path: Path) -> list[str]:
     return [textwrap.dedent(block) for block in PYTHON_BLOCK.findall(path.read_text())]
 
 
-@pytest.mark.parametrize("name", OWN_DOCS)
-def test_doc_python_blocks_compile(name: str) -> None:
-    blocks = _python_blocks(DOCS / name)
-    for index, block in enumerate(blocks):
-        flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        try:
-            compile(block, f"{name}[{index}]", "exec", flags=flags)
-        except SyntaxError as exc:
-            pytest.fail(f"python block {index} of docs/{name} does not compile: {exc}\n{block}")
-
-
 def test_quickstart_doc_blocks_are_taken_from_the_examples() -> None:
     sources = {p.name: p.read_text() for p in EXAMPLES.glob("*.py")}
     blocks = _python_blocks(DOCS / "quickstart.md")
@@ -170,30 +149,3 @@ def _in_order(wanted: list[str], source: list[str]) -> Iterator[bool]:
             position += 1
         yield position < len(source)
         position += 1
-
-
-LINK = re.compile(r"\]\(([^)\s]+)\)")
-
-
-def _anchors(path: Path) -> set[str]:
-    """GitHub-style anchors of the headings in a markdown file."""
-    anchors = set()
-    for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            title = line.lstrip("#").strip().lower()
-            slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
-            anchors.add(slug)
-    return anchors
-
-
-@pytest.mark.parametrize("name", OWN_DOCS)
-def test_doc_links_resolve(name: str) -> None:
-    page = DOCS / name
-    for target in LINK.findall(page.read_text()):
-        if target.startswith(("http://", "https://", "mailto:")):
-            continue
-        file_part, _, anchor = target.partition("#")
-        linked = (page.parent / file_part).resolve() if file_part else page
-        assert linked.exists(), f"docs/{name} links to {target}, which does not exist"
-        if anchor and linked.suffix == ".md":
-            assert anchor in _anchors(linked), f"docs/{name} links to a missing anchor {target}"

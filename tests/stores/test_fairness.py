@@ -217,5 +217,3 @@ async def test_an_owner_at_its_cap_is_held_whole(store: Store) -> None:
     assert other in {lease.run_id for lease in leases}
     assert await status(store, second) is RunStatus.QUEUED
     assert await status(store, after) is RunStatus.QUEUED
-
-

@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from tests.valkey.servers import ValkeyProcess, fresh_namespace
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = ("production-worker.md", "valkey.md", "capacity.md")
-PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 ORDER = {"order_id": "V-1", "sku": "tea", "quantity": 2, "amount_cents": 1250}
 
@@ -205,44 +203,6 @@ def test_the_valkey_store_arguments_table_matches_the_constructor() -> None:
     assert set(rows) == set(params)
     for name, param in params.items():
         assert ast.literal_eval(rows[name]) == param.default, (name, rows[name])
-
-
-# -- code blocks and links ------------------------------------------------------------
-@pytest.mark.parametrize("name", PAGES)
-def test_page_python_blocks_compile(name: str) -> None:
-    blocks = PYTHON_BLOCK.findall((DOCS / name).read_text())
-    assert blocks or name == "capacity.md"
-    for index, block in enumerate(blocks):
-        flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        try:
-            compile(textwrap.dedent(block), f"{name}[{index}]", "exec", flags=flags)
-        except SyntaxError as exc:
-            pytest.fail(f"python block {index} of docs/{name} does not compile: {exc}\n{block}")
-
-
-def _anchors(path: Path) -> set[str]:
-    anchors = set()
-    in_code = False
-    for line in path.read_text().splitlines():
-        if line.startswith("```"):
-            in_code = not in_code
-        elif line.startswith("#") and not in_code:
-            title = line.lstrip("#").strip().lower()
-            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
-    return anchors
-
-
-@pytest.mark.parametrize("name", (*PAGES, "index.md", "stores.md"))
-def test_page_links_resolve(name: str) -> None:
-    page = DOCS / name
-    for target in LINK.findall(page.read_text()):
-        if target.startswith(("http://", "https://", "mailto:")):
-            continue
-        file_part, _, anchor = target.partition("#")
-        linked = (page.parent / file_part).resolve() if file_part else page
-        assert linked.exists(), f"docs/{name} links to {target}, which does not exist"
-        if anchor and linked.suffix == ".md":
-            assert anchor in _anchors(linked), f"docs/{name} links to a missing anchor {target}"
 
 
 def test_the_pages_are_linked_from_the_index_and_the_stores_page() -> None:

@@ -11,26 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 
-from common import bench_three_steps
-from pyrula.workflows import WorkerOptions, WorkflowWorker, open_store
-
-
-async def serve(url: str, concurrency: int) -> None:
-    store = open_store(url)
-    worker = WorkflowWorker(
-        store,
-        workflows=[bench_three_steps],
-        options=WorkerOptions(max_concurrent_runs=concurrency),
-    )
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, worker.stop)
-    try:
-        await worker.run()
-    finally:
-        await store.close()
+from common import bench_three_steps, serve
 
 
 def main() -> None:
@@ -39,7 +21,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="worker: %(levelname)s %(message)s")
-    asyncio.run(serve(args.url, args.concurrency))
+    options = {"max_concurrent_runs": args.concurrency}
+    asyncio.run(serve(args.url, [bench_three_steps.name], options))
 
 
 if __name__ == "__main__":

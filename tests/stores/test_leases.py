@@ -143,6 +143,20 @@ async def test_renew_reports_lost_and_cancel_requested(store: Store, clock: Fake
     assert await store.renew_leases("w1", [], TTL) == RenewResult()
 
 
+async def test_renew_racing_the_runs_own_finish_is_not_lost(store: Store) -> None:
+    # The worker's renewal was on its way when its own finish landed: the run ended under
+    # this very lease, so nothing was lost (terminate gives the run a new token: lost).
+    done, killed = await running(store), await running(store)
+    await store.finish_run(done.run_id, done.token, COMPLETED)
+    await store.terminate_run(killed.run_id)
+    result = await store.renew_leases(
+        "w1", [(done.run_id, done.token), (killed.run_id, killed.token)], TTL
+    )
+    assert result == RenewResult(lost=(killed.run_id,))
+    finished = await store.get_run(done.run_id)
+    assert finished is not None and finished.lease_expires_at is None
+
+
 async def test_renew_after_recovery_is_lost(store: Store, clock: FakeClock) -> None:
     lease = await running(store)
     clock.advance(TTL + 1)

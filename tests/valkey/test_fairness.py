@@ -5,9 +5,12 @@ behind another tenant's 10,000 gets its first claim after about one pass over th
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
+from pyrula.workflows.records import Lease
+from pyrula.workflows.stores.flow import CLAIM_SHARE
 from tests.stores.helpers import TTL, new_run
 
 from .conftest import MakeStore
@@ -42,11 +45,22 @@ async def test_a_quiet_tenant_waits_about_one_pass_over_the_shards(
 
 
 async def test_one_batch_claim_is_spread_over_the_shards(make_store: MakeStore) -> None:
+    # Each visited shard is asked for an equal share, but no fewer than CLAIM_SHARE runs.
     store = await make_store("single", shard_count=8)
-    await asyncio.gather(*(store.create_run(new_run(owner="t")) for _ in range(80)))
-    leases = await store.claim_runs("w1", ["wf"], 16, TTL)
-    per_shard: dict[int, int] = {}
-    for lease in leases:
-        shard = store._keys.shard_of(lease.run_id)
-        per_shard[shard] = per_shard.get(shard, 0) + 1
-    assert len(leases) == 16 and set(per_shard.values()) == {2}, per_shard
+    per_shard_ids: dict[int, list[str]] = {s: [] for s in range(8)}
+    while min(len(ids) for ids in per_shard_ids.values()) < 3 * CLAIM_SHARE:
+        run_id = uuid.uuid4().hex
+        per_shard_ids[store._keys.shard_of(run_id)].append(run_id)
+    ids = [run_id for shard_ids in per_shard_ids.values() for run_id in shard_ids]
+    await asyncio.gather(*(store.create_run(new_run(run_id=i, owner="t")) for i in ids))
+
+    def spread(leases: list[Lease]) -> list[int]:
+        per_shard: dict[int, int] = {}
+        for lease in leases:
+            shard = store._keys.shard_of(lease.run_id)
+            per_shard[shard] = per_shard.get(shard, 0) + 1
+        return sorted(per_shard.values())
+
+    assert spread(await store.claim_runs("w1", ["wf"], 8 * CLAIM_SHARE, TTL)) == [CLAIM_SHARE] * 8
+    assert spread(await store.claim_runs("w1", ["wf"], 2 * CLAIM_SHARE, TTL)) == [CLAIM_SHARE] * 2
+    assert spread(await store.claim_runs("w1", ["wf"], 3, TTL)) == [3]

@@ -175,7 +175,9 @@ class Store(Protocol):
         """Extend each ``(run_id, token)`` lease to ``now + lease_ttl``.
 
         Leases whose token is no longer current, or whose run is not running, are
-        reported lost. Runs with ``cancel_requested`` are reported.
+        reported lost, except a run that ended under that very token (its finish crossed
+        this renewal): that is neither lost nor renewed. Runs with ``cancel_requested``
+        are reported.
         """
 
     async def load_journal(self, run_id: str) -> list[JournalEntry]:

@@ -20,6 +20,12 @@ from dataclasses import dataclass
 RATE_SKIP_WINDOW = 64
 """How far past rate-limited runs a claim looks for an owner's next claimable run."""
 
+CLAIM_SHARE = 8
+"""Sharded stores: the fewest runs a claim asks of each shard it visits (while it still
+wants that many). A claim of 50 visits ~7 shards instead of 50, so a worker's batch costs
+a few shard passes; a quiet tenant on another shard waits a few more claims for its turn
+(one pass over the shards is ``shard_count / CLAIM_SHARE`` claims of 50)."""
+
 
 def owner_turn(last_served: int | None, head_stamp: int) -> int:
     """When an owner's next claim is due; lower goes first."""

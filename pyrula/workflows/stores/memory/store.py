@@ -266,6 +266,8 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
             now = self._clock()
             for run_id, token in leases:
                 run = s.runs.get(run_id)
+                if run is not None and run.is_terminal and run.lease_token == token:
+                    continue  # it ended under this lease: the renewal crossed its finish
                 if run is None or run.status is not RunStatus.RUNNING or run.lease_token != token:
                     lost.append(run_id)
                     continue

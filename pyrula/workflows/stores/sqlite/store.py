@@ -275,6 +275,12 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             cancel: list[str] = []
             for run_id, token in leases:
                 row = t.one("lease_state", run_id=run_id)
+                if (
+                    row is not None
+                    and row["lease_token"] == token
+                    and RunStatus(row["status"]).is_terminal
+                ):
+                    continue  # it ended under this lease: the renewal crossed its finish
                 if row is None or row["status"] != "running" or row["lease_token"] != token:
                     lost.append(run_id)
                     continue

@@ -98,7 +98,8 @@ def to_run(run_id: str, flat: Sequence[Any] | dict[str, str]) -> RunRecord:
         error=f.get("er"),
         worker_id=f.get("wk"),
         lease_token=int(f.get("tk", "0")),
-        lease_expires_at=_opt_float(f, "le"),
+        # A run keeps its last lease expiry after the lease: it only counts while running.
+        lease_expires_at=_opt_float(f, "le") if f["st"] == "running" else None,
         cancel_requested=f.get("cr") == "1",
         recoveries=int(f.get("rc", "0")),
         claims=int(f.get("cl", "0")),

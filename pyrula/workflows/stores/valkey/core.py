@@ -20,7 +20,7 @@ from typing import Any
 
 from pyrula.workflows.errors import ConfigurationError, InvalidRunState, RunNotFound
 from pyrula.workflows.records import Lease, RunRecord
-from pyrula.workflows.stores.flow import Bucket
+from pyrula.workflows.stores.flow import CLAIM_SHARE, Bucket
 from pyrula.workflows.stores.notify import Notifier
 from pyrula.workflows.stores.valkey.codec import num, text, to_run
 from pyrula.workflows.stores.valkey.connection import Call, Server
@@ -222,7 +222,8 @@ def rotate(items: list[int], by: int) -> list[int]:
 
 
 def quota(remaining: int, shards: int) -> int:
-    return max(1, math.ceil(remaining / max(1, shards)))
+    """What a claim asks of each of ``shards`` open shards (claims.lua's claim_due too)."""
+    return min(remaining, max(CLAIM_SHARE, math.ceil(remaining / max(1, shards))))
 
 
 def monotonic() -> float:

@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Any
 
 from pyrula.workflows.errors import StoreUnavailable
-from pyrula.workflows.stores.flow import RATE_SKIP_WINDOW, TOKEN_SLACK
+from pyrula.workflows.stores.flow import CLAIM_SHARE, RATE_SKIP_WINDOW, TOKEN_SLACK
 from pyrula.workflows.stores.rules import MAX_TRACKED_ATTEMPTS
 from pyrula.workflows.stores.valkey.keys import TOMBSTONE, lua_prelude
 
@@ -62,6 +62,7 @@ def build_library(extra: str = "") -> Library:
     constants = {
         "TOKEN_SLACK": TOKEN_SLACK,
         "RATE_SKIP_WINDOW": RATE_SKIP_WINDOW,
+        "CLAIM_SHARE": CLAIM_SHARE,
         "MAX_TRACKED_ATTEMPTS": MAX_TRACKED_ATTEMPTS,
     }
     body = "".join(f"local {k} = {v!r}\n" for k, v in constants.items()) + body

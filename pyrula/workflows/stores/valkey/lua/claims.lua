@@ -28,14 +28,19 @@ local function bytes_lt(a, b)
   return #a < #b
 end
 
--- An owner's first due run not held by a rate key in held (a set), within the window.
+-- An owner's first due run not held by a rate key in held (a set), within the window,
+-- and, without held keys, whether the owner has another queued run after it (more) and
+-- whether that one is due too (more_due). With held keys both are nil (not known).
 local function effective_head(c, wf, owner, held)
-  -- Without held rate keys the first due run is the head: fetch one, not the window.
+  if held == nil then
+    local two = redis.call('ZRANGE', qkey(c, wf, owner), 0, 1, 'WITHSCORES')
+    if two[1] == nil or tonumber(two[2]) > c.now then return nil end
+    return member_id(two[1]), two[3] ~= nil, two[3] ~= nil and tonumber(two[4]) <= c.now
+  end
   local due = redis.call('ZRANGEBYSCORE', qkey(c, wf, owner), '-inf', fmt(c.now), 'LIMIT', 0,
-                         held == nil and 1 or RATE_SKIP_WINDOW)
+                         RATE_SKIP_WINDOW)
   for _, m in ipairs(due) do
     local id = member_id(m)
-    if held == nil then return id end
     local key = redis.call('HGET', c.P .. K.run .. id, 'fk')
     if not key or not held[key] then return id end
   end
@@ -43,12 +48,14 @@ local function effective_head(c, wf, owner, held)
 end
 
 -- The owner to serve next: lowest (turn, name) among those not skipped. Owners with
--- held rate keys have their turn computed from their effective head.
-local function next_owner(c, wf, okey, skip, held)
+-- held rate keys have their turn computed from their effective head. first: the owners
+-- zset's first 32 members with scores, when the caller has just read them.
+local function next_owner(c, wf, okey, skip, held, first)
   local best, best_turn, best_head = nil, nil, nil
   local start = 0
   while best == nil do
-    local chunk = redis.call('ZRANGE', okey, start, start + 31, 'WITHSCORES')
+    local chunk = first or redis.call('ZRANGE', okey, start, start + 31, 'WITHSCORES')
+    first = nil
     if #chunk == 0 then break end
     for i = 1, #chunk, 2 do
       local o = chunk[i]
@@ -77,44 +84,135 @@ local function next_owner(c, wf, okey, skip, held)
   return best, best_head
 end
 
+-- r, queued and due, becomes running under a lease of worker's with fencing token token;
+-- the caller takes it out of the queue indexes and adds it to the lease index (lz).
+-- Tokens are values of the workflow's claim counter on the shard (K.counter), so the
+-- tokens of one run, which never leaves its shard and workflow, only go up.
+local function start_lease(c, r, worker, ttl, token, leases, lz)
+  local expires = fmt(c.now + ttl)
+  set_fields(c, r, {st = 'running', wk = worker, tk = tostring(token), le = expires,
+                    cl = tostring(tonumber(r.cl or '0') + 1), ua = fmt(c.now),
+                    sa = r.sa or fmt(c.now), ex = NIL, xe = NIL})
+  lz[#lz + 1] = expires
+  lz[#lz + 1] = r.id
+  leases[#leases + 1] = r.id
+  leases[#leases + 1] = pack_run(r)
+end
+
+local function flow_blocked(r)
+  return {r.id, r.ow, r.fk or '', r.fr or '', r.fb or '', r.fc or ''}
+end
+
+-- Expired before any worker started it: it ends, costing its owner no turn.
+local function expired(c, r)
+  if r.ex and tonumber(r.ex) <= c.now then
+    end_run(c, r, 'cancelled', {er = r.xe, xe = NIL})
+    return true
+  end
+  return false
+end
+
+-- One owner alone on the shard: FIFO from its queue, up to limit runs in one pass. The
+-- DRR counter goes up once for the whole batch, not once per run: with no other owner
+-- queued, no turn lies between the two, so every later comparison comes out the same.
+-- All runs of the batch share that counter value as their token.
+local function claim_alone(c, wf, owner, worker, limit, ttl, admitted)
+  local w = kpart(wf)
+  local q = qkey(c, wf, owner)
+  local leases, blocked, lz = {}, {}, {}
+  local claimed, token = 0, nil
+  while true do
+    local want = limit - claimed
+    local got = redis.call('ZRANGE', q, 0, want, 'WITHSCORES')
+    local members, ids = {}, {}
+    local i = 1
+    while i < #got and #ids < want and tonumber(got[i + 1]) <= c.now do
+      local r = load_run(c, member_id(got[i]))
+      if not expired(c, r) then
+        if (r.fk or r.fc) and not admitted[r.id] then
+          blocked = flow_blocked(r)
+          break
+        end
+        token = token or redis.call('INCR', c.P .. K.counter .. w)
+        start_lease(c, r, worker, ttl, token, leases, lz)
+        members[#members + 1] = got[i]
+        ids[#ids + 1] = r.id
+      end
+      i = i + 2
+    end
+    if #ids > 0 then
+      call_many('ZREM', q, members)
+      call_many('ZREM', c.P .. K.due .. w, ids)
+      c.touched[wf] = true
+      c.removed[wf] = true
+      claimed = claimed + #ids
+    end
+    if got[i] ~= nil then
+      c.keep[wf] = tonumber(got[i + 1]) <= c.now or nil
+      if token then redis.call('ZADD', c.P .. K.owners .. w, token, owner) end
+      break
+    elseif #got < 2 * (want + 1) then
+      redis.call('ZREM', c.P .. K.owners .. w, owner)  -- its queue is empty
+      c.keep[wf] = nil
+      break
+    end
+    -- Every fetched run was claimed or had expired, and more may be queued: go on.
+  end
+  if token then redis.call('HSET', c.P .. K.served .. w, owner, token) end
+  call_many('ZADD', c.P .. K.leases, lz)
+  return leases, blocked
+end
+
 -- Claim up to limit runs of wf on c's shard, fairly across its owners. Returns the
 -- leases {run_id, packed run, ...} and blocked ({} or the head run that must pass flow
 -- control first: {run_id, owner, rate_key, rate_per_second, rate_burst, cap}).
 local function claim_shard(c, wf, worker, limit, ttl, admitted, skip, held)
   local w = kpart(wf)
   local okey = c.P .. K.owners .. w
-  local leases, blocked = {}, {}
+  local first = nil
+  if next(skip) == nil and next(held) == nil then
+    first = redis.call('ZRANGE', okey, 0, 31, 'WITHSCORES')
+    if #first == 2 then return claim_alone(c, wf, first[1], worker, limit, ttl, admitted) end
+  end
+  local leases, blocked, lz = {}, {}, {}
   local claimed = 0
   while claimed < limit do
-    local owner, head = next_owner(c, wf, okey, skip, held)
+    local owner, head = next_owner(c, wf, okey, skip, held, first)
+    first = nil
     if owner == nil then break end
-    if head == nil then head = effective_head(c, wf, owner, nil) end
+    local more, more_due = nil, nil
+    if head == nil then head, more, more_due = effective_head(c, wf, owner, nil) end
     if head == nil then
       skip[owner] = true
     else
       local r = load_run(c, head)
-      if r.ex and tonumber(r.ex) <= c.now then
-        -- Expired before any worker started it: it ends, costing its owner no turn.
-        end_run(c, r, 'cancelled', {er = r.xe, xe = NIL})
+      if expired(c, r) then
+        -- ended: nothing else to do
       elseif (r.fk or r.fc) and not admitted[r.id] then
-        blocked = {r.id, r.ow, r.fk or '', r.fr or '', r.fb or '', r.fc or ''}
+        blocked = flow_blocked(r)
         break
       else
         local counter = redis.call('INCR', c.P .. K.counter .. w)
         redis.call('HSET', c.P .. K.served .. w, owner, counter)
-        local token = redis.call('INCR', c.P .. K.token)
-        local expires = c.now + ttl
-        leave(c, r)
-        set_fields(c, r, {st = 'running', wk = worker, tk = tostring(token),
-                          le = fmt(expires), cl = tostring(tonumber(r.cl or '0') + 1),
-                          ua = fmt(c.now), sa = r.sa or fmt(c.now), ex = NIL, xe = NIL})
-        redis.call('ZADD', c.P .. K.leases, fmt(expires), r.id)
-        leases[#leases + 1] = r.id
-        leases[#leases + 1] = pack_run(r)
+        redis.call('ZREM', qkey(c, wf, owner), member(r))
+        redis.call('ZREM', c.P .. K.due .. w, r.id)
+        if more == nil then
+          refresh_owner(c, wf, owner)
+        elseif more then
+          -- Its next run was stamped before this claim: the turn is the claim's counter.
+          redis.call('ZADD', okey, counter, owner)
+        else
+          redis.call('ZREM', okey, owner)
+        end
+        c.touched[wf] = true
+        c.removed[wf] = true
+        c.keep[wf] = more_due or nil
+        start_lease(c, r, worker, ttl, counter, leases, lz)
         claimed = claimed + 1
       end
     end
   end
+  call_many('ZADD', c.P .. K.leases, lz)
   return leases, blocked
 end
 
@@ -172,7 +270,7 @@ register('claim_due', function(keys, argv)
   for _, group in ipairs({rotated(mine, cursor), rotated(others, cursor)}) do
     local open = group
     while #open > 0 and claimed + owed < limit do
-      local each = math.ceil((limit - claimed - owed) / #open)
+      local each = math.max(CLAIM_SHARE, math.ceil((limit - claimed - owed) / #open))
       local still = {}
       for _, shard in ipairs(open) do
         local n = math.min(each, limit - claimed - owed)
@@ -180,8 +278,7 @@ register('claim_due', function(keys, argv)
           still[#still + 1] = shard  -- not asked this round
         else
           visited = visited + 1
-          local c = {P = shard_prefix(ns, shard), now = now, ns = ns, shard = tostring(shard),
-                     touched = {}, tt = {}, wake = {}, timers = false, follow = {}}
+          local c = shard_ctx(shard_prefix(ns, shard), now, ns, tostring(shard))
           local got, stop = claim_shard(c, wf, worker, n, ttl, {}, {}, {})
           local reply = done(c, '')
           for _, x in ipairs(reply[4]) do follow[#follow + 1] = x end

@@ -27,9 +27,17 @@ local function fmt(x) return string.format('%.17g', x) end
 
 local function fail(code, msg) error({err = 'PYRULA_' .. code .. ' ' .. msg}) end
 
+-- A call's context. Per workflow it tracks what changed on the shard, so done() can
+-- rewrite the hints at the least cost: touched (anything), tt (its timers), wake (push
+-- its wake list), removed (a run left its queue), lower (the earliest available_at
+-- queued by this call), keep (a claim knows the shard still has due work).
+local function shard_ctx(P, now, ns, shard)
+  return {P = P, now = now, ns = ns, shard = shard, touched = {}, tt = {}, wake = {},
+          removed = {}, lower = {}, keep = {}, timers = false, follow = {}}
+end
+
 local function ctx(keys, argv)
-  return {P = keys[1], now = now_of(argv[1]), ns = argv[2], shard = argv[3],
-          touched = {}, tt = {}, wake = {}, timers = false, follow = {}}
+  return shard_ctx(keys[1], now_of(argv[1]), argv[2], argv[3])
 end
 
 local function load_run(c, id)
@@ -87,6 +95,13 @@ local function fenced(c, id, token)
   return r
 end
 
+-- cmd key items...: one command per 4,000 items (unpack's limit is the Lua C stack).
+local function call_many(cmd, key, items)
+  for i = 1, #items, 4000 do
+    redis.call(cmd, key, unpack(items, i, math.min(i + 3999, #items)))
+  end
+end
+
 -- Write changed fields (NIL deletes one) and mirror them in r.
 local function set_fields(c, r, changes)
   local hset, hdel = {}, {}
@@ -138,6 +153,8 @@ local function leave(c, r)
     redis.call('ZREM', c.P .. K.due .. w, r.id)
     refresh_owner(c, r.wf, r.ow)
     c.touched[r.wf] = true
+    c.removed[r.wf] = true
+    c.keep[r.wf] = nil
   elseif r.st == 'running' then
     redis.call('ZREM', c.P .. K.leases, r.id)
     if r.fc then follow(c, 'flow_release', r.wf, r.ow, r.id) end
@@ -158,13 +175,24 @@ local function enqueue(c, r, avail, changes)
   changes.aa = fmt(avail)
   changes.ua = fmt(c.now)
   changes.sp = redis.call('GET', c.P .. K.counter .. kpart(r.wf)) or '0'
-  changes.le, changes.wa, changes.ws, changes.wc = NIL, NIL, NIL, NIL
+  -- le stays: it only means something while running (codec.to_run), and leaving it
+  -- saves an HDEL.
+  changes.wa, changes.ws, changes.wc = NIL, NIL, NIL
   set_fields(c, r, changes)
-  redis.call('ZADD', qkey(c, r.wf, r.ow), fmt(avail), member(r))
+  local q = qkey(c, r.wf, r.ow)
+  redis.call('ZADD', q, fmt(avail), member(r))
   redis.call('ZADD', c.P .. K.due .. kpart(r.wf), fmt(avail), r.id)
-  refresh_owner(c, r.wf, r.ow)
+  -- The owner's turn (refresh_owner, without its reads): no last-served value exceeds the
+  -- counter, so an owner whose head is now r has turn = r's stamp; an owner already
+  -- queued whose head did not change keeps its turn.
+  local okey = c.P .. K.owners .. kpart(r.wf)
+  if redis.call('ZADD', okey, 'NX', changes.sp, r.ow) == 0
+      and redis.call('ZRANK', q, member(r)) == 0 then
+    redis.call('ZADD', okey, changes.sp, r.ow)
+  end
   c.touched[r.wf] = true
   c.wake[r.wf] = true
+  if c.lower[r.wf] == nil or avail < c.lower[r.wf] then c.lower[r.wf] = avail end
 end
 
 -- Make r terminal; wake its waiters and a parent waiting for it.
@@ -174,7 +202,7 @@ local function end_run(c, r, status, changes)
   changes.st = status
   changes.fa = fmt(c.now)
   changes.ua = fmt(c.now)
-  changes.le, changes.wa, changes.ws, changes.wc = NIL, NIL, NIL, NIL
+  changes.wa, changes.ws, changes.wc = NIL, NIL, NIL  -- le stays (see enqueue)
   set_fields(c, r, changes)
   local done = c.P .. K.done .. r.id
   redis.call('RPUSH', done, '1')
@@ -212,6 +240,12 @@ local function journal_put(c, id, position, attempts, token, entry)
              attempts .. '|' .. token .. '|' .. fmt(c.now) .. '|' .. entry)
 end
 
+-- Wake one idle claimer of a workflow. The list is bounded, trimmed only once it grows
+-- (a claim that comes up short deletes it).
+local function push_wake(hp)
+  if redis.call('LPUSH', hp .. 'wake', '1') > 16 then redis.call('LTRIM', hp .. 'wake', 0, 7) end
+end
+
 local function apply_hint_at(hp, shard, ver, due, timer, wake)
   local cur = tonumber(redis.call('HGET', hp .. 'v', shard) or '-1')
   if tonumber(ver) > cur then
@@ -223,10 +257,7 @@ local function apply_hint_at(hp, shard, ver, due, timer, wake)
       else redis.call('ZADD', hp .. 't', timer, shard) end
     end
   end
-  if wake ~= nil and wake ~= '' then
-    redis.call('LPUSH', hp .. 'wake', '1')
-    redis.call('LTRIM', hp .. 'wake', 0, 7)
-  end
+  if wake ~= nil and wake ~= '' then push_wake(hp) end
 end
 
 local function first_score(key)
@@ -236,25 +267,35 @@ end
 -- Single node: write a hint in the same atomic call that changed the shard. No version
 -- is needed (versions order the cluster's separate hint writes); the 't' zset is only
 -- rewritten when the workflow's timers changed (timer nil).
+-- due: the shard's first due time ('' none), {lt = t} (only runs queued: lower it to t
+-- if later) or nil (unchanged).
 local function write_hint(hp, shard, due, timer, wake)
-  if due == '' then redis.call('ZREM', hp .. 'd', shard)
-  else redis.call('ZADD', hp .. 'd', due, shard) end
+  if type(due) == 'table' then redis.call('ZADD', hp .. 'd', 'LT', fmt(due.lt), shard)
+  elseif due == '' then redis.call('ZREM', hp .. 'd', shard)
+  elseif due ~= nil then redis.call('ZADD', hp .. 'd', due, shard) end
   if timer ~= nil then
     if timer == '' then redis.call('ZREM', hp .. 't', shard)
     else redis.call('ZADD', hp .. 't', timer, shard) end
   end
-  if wake then
-    redis.call('LPUSH', hp .. 'wake', '1')
-    redis.call('LTRIM', hp .. 'wake', 0, 7)
+  if wake then push_wake(hp) end
+end
+
+-- The shard's due hint for wf after this call, at the least cost (see shard_ctx). A hint
+-- in the past means "due now": keeping an older past time is as good as the exact one.
+local function due_hint(c, wf)
+  if c.removed[wf] then
+    if c.keep[wf] then return nil end
+  elseif c.lower[wf] ~= nil then
+    return {lt = c.lower[wf]}
   end
+  return first_score(c.P .. K.due .. kpart(wf))
 end
 
 local function done_inline(c)
   for wf in pairs(c.touched) do
-    local w = kpart(wf)
     local timer = nil
-    if c.tt[wf] then timer = first_score(c.P .. K.timers .. w) end
-    write_hint(hint_prefix(c.ns, wf), c.shard, first_score(c.P .. K.due .. w), timer, c.wake[wf])
+    if c.tt[wf] then timer = first_score(c.P .. K.timers .. kpart(wf)) end
+    write_hint(hint_prefix(c.ns, wf), c.shard, due_hint(c, wf), timer, c.wake[wf])
   end
   if c.timers then
     write_hint(timer_hint_prefix(c.ns), c.shard, first_score(c.P .. K.all_timers), nil, nil)

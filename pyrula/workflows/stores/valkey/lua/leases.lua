@@ -164,7 +164,7 @@ register('suspend', function(keys, argv)
   leave(c, r)
   local status = 'waiting'
   if has_signal ~= '1' and child == '' then status = 'sleeping' end
-  local changes = {st = status, le = NIL, ua = fmt(c.now), wa = NIL, ws = NIL, wc = NIL}
+  local changes = {st = status, ua = fmt(c.now), wa = NIL, ws = NIL, wc = NIL}
   if wake_at ~= '' then changes.wa = wake_at end
   if has_signal == '1' then changes.ws = signal end
   if child ~= '' then changes.wc = child end

@@ -34,15 +34,14 @@ local function insert_run(c, a, i)
   local seq = redis.call('INCR', c.P .. K.seq)
   local avail = c.now + tonumber(delay)
   if start_at ~= '' then avail = tonumber(start_at) end
-  local r = {id = id}
+  local r = {id = id, wf = wf}  -- enqueue reads r.wf before it writes the fields
   local fields = {wf = wf, p = params, ow = owner, ca = fmt(c.now), sq = tostring(seq)}
   if has_key == '1' then fields.ik = ikey end
   if parent ~= '' then fields.pa = parent end
   if fk ~= '' then fields.fk, fields.fr, fields.fb = fk, fr, fb end
   if fc ~= '' then fields.fc = fc end
   if ex ~= '' then fields.ex, fields.xe = ex, xe end
-  set_fields(c, r, fields)
-  enqueue(c, r, avail)
+  enqueue(c, r, avail, fields)
   redis.call('ZADD', c.P .. K.all, fmt(c.now), member(r))
   if parent ~= '' then
     if redis.call('EXISTS', c.P .. K.run .. parent) == 1 then
@@ -106,7 +105,9 @@ register('terminate', function(keys, argv)
   for _, t in ipairs(out.runs) do
     t = load_run(c, t.id)
     if not TERMINAL[t.st] then
-      local token = redis.call('INCR', c.P .. K.token)
+      -- A new token from the claim counter (see start_lease), so no lease still held
+      -- matches it.
+      local token = redis.call('INCR', c.P .. K.counter .. kpart(t.wf))
       end_run(c, t, 'terminated', {tk = tostring(token)})
     end
   end

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pyrula.workflows.errors import LeaseLost, NondeterminismError, RunNotFound
+from pyrula.workflows.records import RunStatus
 from pyrula.workflows.stores.base import Store
 
 from .conftest import START, FakeClock
-from .helpers import TTL, claim_one, create, entry, running
+from .helpers import COMPLETED, TTL, claim_one, create, entry, running, status
 
 
 async def test_append_and_load_in_order(store: Store, clock: FakeClock) -> None:
@@ -153,3 +154,42 @@ async def test_append_needs_a_running_run(store: Store) -> None:
         await store.append_journal(lease.token, entry(lease.run_id, 0))
     with pytest.raises(RunNotFound):
         await store.append_journal(1, entry("nope", 0))
+
+
+# -- the last step's entry carried by finish_run ------------------------------------------
+async def test_finish_writes_the_last_steps_entry_with_the_outcome(store: Store) -> None:
+    lease = await running(store)
+    await store.append_journal(lease.token, entry(lease.run_id, 0, value='"a"'))
+    done = await store.finish_run(
+        lease.run_id, lease.token, COMPLETED, entry(lease.run_id, 1, value='"b"')
+    )
+    assert done.status is RunStatus.COMPLETED
+    assert [(e.position, e.value) for e in await store.load_journal(lease.run_id)] == [
+        (0, '"a"'),
+        (1, '"b"'),
+    ]
+
+
+async def test_finish_with_an_entry_already_there_is_fine_and_a_different_one_is_refused(
+    store: Store,
+) -> None:
+    lease = await running(store)
+    await store.append_journal(lease.token, entry(lease.run_id, 0))
+    with pytest.raises(NondeterminismError, match="position 0"):
+        await store.finish_run(
+            lease.run_id, lease.token, COMPLETED, entry(lease.run_id, 0, "other")
+        )
+    # Nothing was written: the run still runs, with its journal as it was.
+    assert await status(store, lease.run_id) is RunStatus.RUNNING
+    assert [e.name for e in await store.load_journal(lease.run_id)] == ["step"]
+    done = await store.finish_run(lease.run_id, lease.token, COMPLETED, entry(lease.run_id, 0))
+    assert done.status is RunStatus.COMPLETED
+
+
+async def test_finish_with_a_stale_token_writes_no_entry(store: Store) -> None:
+    lease = await running(store)
+    with pytest.raises(LeaseLost):
+        await store.finish_run(lease.run_id, lease.token + 1000, COMPLETED, entry(lease.run_id, 0))
+    assert await store.load_journal(lease.run_id) == []
+    with pytest.raises(ValueError, match="journal entry of"):
+        await store.finish_run(lease.run_id, lease.token, COMPLETED, entry("another-run", 0))

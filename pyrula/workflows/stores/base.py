@@ -193,9 +193,17 @@ class Store(Protocol):
         :class:`~pyrula.workflows.errors.NondeterminismError`; a stale token, LeaseLost.
         """
 
-    async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
+    async def finish_run(
+        self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
+    ) -> RunRecord:
         """Record the run's terminal outcome (completed, failed or cancelled) and its
         ``failed_position``, fenced.
+
+        ``entry``, the journal entry of the run's last step, is written in the same atomic
+        call, as :meth:`append_journal` would write it (an identical entry already there
+        is fine; a different one raises NondeterminismError and the run stays running).
+        The engine sends the last step's entry this way: one round trip instead of two,
+        and the entry is durable exactly when the outcome is.
 
         Releases the lease and wakes every ``wait_run`` waiter. A parent waiting for
         this run (``wait_child``) is queued. Any way a run becomes terminal (cancel,

@@ -45,9 +45,11 @@ def backoff_range(position: int) -> tuple[int, int]:
     return backoff_position(position, MAX_TRACKED_ATTEMPTS - 1), backoff_position(position, 1)
 
 
-def check_finish_outcome(outcome: Outcome) -> None:
+def check_finish_outcome(outcome: Outcome, run_id: str, entry: JournalEntry | None) -> None:
     if outcome.status not in FINISH_STATUSES:
         raise ValueError(f"finish_run takes completed, failed or cancelled, not {outcome.status}")
+    if entry is not None and entry.run_id != run_id:
+        raise ValueError(f"finish_run of {run_id!r} got a journal entry of {entry.run_id!r}")
 
 
 def dead_letter_error(run: RunRecord, max_recoveries: int) -> str:

@@ -301,11 +301,15 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         journal[entry.position] = replace(entry, token=token, recorded_at=self._clock())
         return True
 
-    async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
-        check_finish_outcome(outcome)
+    async def finish_run(
+        self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
+    ) -> RunRecord:
+        check_finish_outcome(outcome, run_id, entry)
         s = self._s
         with s.lock:
             run = s.fenced(run_id, token)
+            if entry is not None:
+                self._append(token, entry)
             run = s.end(
                 run,
                 outcome.status,

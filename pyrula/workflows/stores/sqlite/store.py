@@ -305,10 +305,15 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
 
         return await self._write(tx)
 
-    async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
-        check_finish_outcome(outcome)
+    async def finish_run(
+        self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
+    ) -> RunRecord:
+        check_finish_outcome(outcome, run_id, entry)
 
         def tx(t: Tx) -> RunRecord:
+            if entry is not None:
+                t.fence(run_id, token)
+                t.append(token, entry)
             row = t.one(
                 "finish_run",
                 run_id=run_id,

@@ -175,6 +175,11 @@ def pack_entry(entry: JournalEntry) -> str:
     return entry_head(entry.kind, entry.name) + ("1" if entry.ok else "0") + entry.value
 
 
+def entry_args(entry: JournalEntry) -> list[str]:
+    """An entry as the Lua functions that write one take it: position, attempts, packed."""
+    return [str(entry.position), str(entry.attempts), pack_entry(entry)]
+
+
 def unpack_entry(packed: str) -> tuple[str, str, bool, str]:
     """(kind, name, ok, value) of a packed entry; lengths are UTF-8 byte counts."""
     raw = packed.encode()

@@ -30,7 +30,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.base import RenewResult
 from pyrula.workflows.stores.rules import check_finish_outcome, dead_letter_error
-from pyrula.workflows.stores.valkey.codec import num, pack_entry, text, to_entry, to_run
+from pyrula.workflows.stores.valkey.codec import entry_args, num, text, to_entry, to_run
 from pyrula.workflows.stores.valkey.core import (
     ValkeyCore,
     flat_text,
@@ -278,23 +278,31 @@ class QueueOps(ValkeyCore):
     async def append_journal(self, token: int, entry: JournalEntry) -> bool:
         reply = flat_text(
             await self._run_call(
-                "append", entry.run_id, entry.run_id, str(token), str(entry.position),
-                str(entry.attempts), pack_entry(entry),
+                "append", entry.run_id, entry.run_id, str(token), *entry_args(entry),
             )
         )  # fmt: skip
         if reply[0] == "nondet":
             raise nondeterminism(entry.run_id, entry.position, reply[1], entry)
         return bool(reply[1] == "1")
 
-    async def finish_run(self, run_id: str, token: int, outcome: Outcome) -> RunRecord:
-        check_finish_outcome(outcome)
-        reply = await self._run_call(
-            "finish", run_id, run_id, str(token), outcome.status.value,
-            "0" if outcome.result is None else "1", outcome.result or "",
-            "0" if outcome.error is None else "1", outcome.error or "",
-            "" if outcome.failed_position is None else str(int(outcome.failed_position)),
+    async def finish_run(
+        self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
+    ) -> RunRecord:
+        check_finish_outcome(outcome, run_id, entry)
+        last = [] if entry is None else entry_args(entry)
+        reply = flat_text(
+            await self._run_call(
+                "finish", run_id, run_id, str(token), outcome.status.value,
+                "0" if outcome.result is None else "1", outcome.result or "",
+                "0" if outcome.error is None else "1", outcome.error or "",
+                "" if outcome.failed_position is None else str(int(outcome.failed_position)),
+                *last,
+            )
         )  # fmt: skip
-        return to_run(run_id, flat_text(reply))
+        if reply[0] == "nondet":
+            assert entry is not None
+            raise nondeterminism(run_id, entry.position, reply[1], entry)
+        return to_run(run_id, reply[1])
 
     async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
         at = "" if available_at is None else num(available_at)

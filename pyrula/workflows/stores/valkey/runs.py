@@ -13,6 +13,7 @@ from pyrula.workflows.errors import (
 from pyrula.workflows.records import JournalEntry, NewRun, RunRecord, RunStatus
 from pyrula.workflows.stores.rules import idempotency_conflict, idempotency_matches
 from pyrula.workflows.stores.valkey.codec import (
+    entry_args,
     entry_head,
     new_run_args,
     new_run_from_reservation,
@@ -231,9 +232,8 @@ class RunOps(ValkeyCore):
                     "start_child",
                     parent,
                     parent,
-                    *head,
-                    str(entry.attempts),
-                    pack_entry(entry),
+                    str(token),
+                    *entry_args(entry),
                     *new_run_args(child),
                 )
             )
@@ -241,14 +241,15 @@ class RunOps(ValkeyCore):
                 raise nondeterminism(parent, entry.position, reply[1], entry)
             return to_run(child.run_id, reply[1])
         # The child lives on another shard: check, create it, then journal the start.
-        packed = pack_entry(entry)
-        reply = flat_text(await self._run_call("check_entry", parent, parent, *head, packed))
+        reply = flat_text(
+            await self._run_call("check_entry", parent, parent, *head, pack_entry(entry))
+        )
         if reply[0] == "nondet":
             raise nondeterminism(parent, entry.position, reply[1], entry)
         record, _ = await self.create_run(child)
         reply = flat_text(
             await self._run_call(
-                "append_child", parent, parent, *head, str(entry.attempts), packed, child.run_id
+                "append_child", parent, parent, str(token), *entry_args(entry), child.run_id
             )
         )
         if reply[0] == "nondet":

@@ -17,7 +17,8 @@
 --   append_child   ARGV[4..] parent_id, token, position, attempts, entry, child_id
 --                  -> {'ok'} | {'nondet', e}   (a child on another shard was created)
 --   finish         ARGV[4..] run_id, token, status, has_result, result, has_error, error,
---                  failed_position ('' none) -> run
+--                  failed_position ('' none), then optionally the last step's journal
+--                  entry: position, attempts, entry -> {'ok', run} or {'nondet', e}
 --   release        ARGV[4..] run_id, token, available_at ('' now) -> ''
 --   set_progress   ARGV[4..] run_id, token, state, info -> ''
 --   suspend        ARGV[4..] the signal list key ('' none), run_id, token, wake_at
@@ -123,12 +124,18 @@ register('finish', function(keys, argv)
   local c = ctx(keys, argv)
   local id, token, status = argv[4], argv[5], argv[6]
   local r = fenced(c, id, token)
+  if argv[12] ~= nil then
+    local position, attempts, entry = argv[12], argv[13], argv[14]
+    local other, stored = taken_by_other(c, id, position, entry)
+    if other then return done(c, {'nondet', other}) end
+    if not stored then journal_put(c, id, position, attempts, token, entry) end
+  end
   local changes = {rs = NIL, er = NIL}
   if argv[7] == '1' then changes.rs = argv[8] end
   if argv[9] == '1' then changes.er = argv[10] end
   if argv[11] ~= '' then changes.fp = argv[11] end
   end_run(c, r, status, changes)
-  return done(c, pack_run(r))
+  return done(c, {'ok', pack_run(r)})
 end)
 
 register('release', function(keys, argv)

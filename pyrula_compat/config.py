@@ -176,7 +176,8 @@ class Settings(MutableMapping[str, Any]):
 
     # -- mapping -----------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
-        self._load_pending()
+        if self._pending:  # read on every task call: skip the call when nothing waits
+            self._load_pending()
         name = OLD_NAMES.get(key, key)
         if name in ENV_OVERRIDES:  # as in Celery, the environment wins over the app
             value = os.environ.get(ENV_OVERRIDES[name])

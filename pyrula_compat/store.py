@@ -157,9 +157,10 @@ def client_for(url: str | None) -> WorkflowClient:
 
 def wait_record(client: WorkflowClient, run_id: str, timeout: float | None) -> RunRecord:
     """The run once it has ended, or as it is when ``timeout`` passes: the store's
-    ``wait_run`` on the client's loop, so a result costs one call (no second read of
-    the record after the wait). Raises RunNotFound for an unknown id."""
-    return client._call(client.store.wait_run(run_id, timeout))
+    ``wait_run`` (in this thread on a single-node Valkey store), so a result costs one
+    call when the run has ended (no second read of the record after the wait). Raises
+    RunNotFound for an unknown id."""
+    return client.wait_run(run_id, timeout)
 
 
 def close_clients() -> None:

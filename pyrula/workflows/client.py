@@ -148,6 +148,7 @@ class WorkflowClient:
         self._registry = registry or default_registry
         self._require_registered = require_registered
         self._max_payload = max_payload_bytes
+        self._fits: dict[tuple[Any, ...], WorkflowDefinition] = {}
 
     async def submit(
         self,
@@ -172,6 +173,33 @@ class WorkflowClient:
         params raises IdempotencyConflict. Params are checked (JSON, size, signature)
         here, before anything is stored.
         """
+        new = self.new_run(
+            workflow,
+            params,
+            owner=owner,
+            delay=delay,
+            start_at=start_at,
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            expires_at=expires_at,
+        )
+        record, _ = await self.store.create_run(new)
+        return RunHandle(self.store, record.workflow, record.run_id)
+
+    def new_run(
+        self,
+        workflow: str | WorkflowDefinition,
+        params: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
+        delay: Delay | None = None,
+        start_at: datetime | float | None = None,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        expires_at: datetime | float | None = None,
+    ) -> NewRun:
+        """The run ``submit`` would create, checked, without storing it (the blocking
+        client checks in the calling thread, then stores it by the fastest way)."""
         name = workflow.name if isinstance(workflow, WorkflowDefinition) else workflow
         params = {} if params is None else params
         if not isinstance(params, Mapping):
@@ -181,7 +209,7 @@ class WorkflowClient:
             self._registry.get(name)  # raises UnknownWorkflow with the registered names
         text = encode(dict(params), what="params", max_bytes=self._max_payload, canonical=True)
         if definition is not None:
-            definition.check_params(params)
+            self._check_params(definition, params)
         if idempotency_key is not None and (
             not isinstance(idempotency_key, str) or not idempotency_key
         ):
@@ -190,7 +218,7 @@ class WorkflowClient:
             raise InvalidParams(f"owner must be a string, got {owner!r}")
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise InvalidParams(f"run_id must be a non-empty string, got {run_id!r}")
-        new = NewRun(
+        return NewRun(
             run_id=run_id or uuid.uuid4().hex,
             workflow=name,
             params=text,
@@ -201,8 +229,17 @@ class WorkflowClient:
             flow=NO_FLOW if definition is None else flow_for(definition, params),
             expires_at=None if expires_at is None else epoch(expires_at),
         )
-        record, _ = await self.store.create_run(new)
-        return RunHandle(self.store, record.workflow, record.run_id)
+
+    def _check_params(self, definition: WorkflowDefinition, params: Mapping[str, Any]) -> None:
+        """``definition.check_params``, once per set of names: params are bound as
+        keywords only, so whether they fit depends on their names alone."""
+        shape = (id(definition), *params)
+        if self._fits.get(shape) is definition:
+            return
+        definition.check_params(params)
+        if len(self._fits) >= 256:
+            self._fits.clear()
+        self._fits[shape] = definition
 
     def handle(self, workflow: str, run_id: str) -> RunHandle:
         """A handle on an existing run."""

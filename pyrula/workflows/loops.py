@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import math
 import os
@@ -22,19 +23,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("pyrula.workflows.worker")
 
 SCHEDULE_BATCH = 100
+TIMER_HINT_GAP = 0.05
+"""Least seconds between two looks of the timer loop prompted by the claim loop's hints."""
+TIMER_HINT_GAP_MAX = 0.5
+"""The gap doubles, up to this, after each hinted look that found nothing sooner (under
+load, most hints come from claims that lost a run to another worker)."""
 
 
 async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
-    """Heartbeat, and renew the lease of every run this worker holds (a third of the TTL)."""
+    """Heartbeat, and renew the lease of every run this worker holds (a third of the TTL).
+
+    The first round, as the worker starts, only registers it: a lease claimed since is
+    fresh, and is renewed a third of its TTL later like any other."""
+    leases = False
     while True:
         try:
-            await renew_once(worker, workflows)
+            await renew_once(worker, workflows, leases=leases)
         except StoreError as exc:
             log.warning("lease renewal failed: %s", exc)
+        leases = True
         await asyncio.sleep(worker.options.lease_renew_interval)
 
 
-async def renew_once(worker: WorkflowWorker, workflows: list[str]) -> None:
+async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bool = True) -> None:
     store, active_runs = worker.store, worker.active_runs
     await store.heartbeat(
         WorkerInfo(
@@ -47,7 +58,7 @@ async def renew_once(worker: WorkflowWorker, workflows: list[str]) -> None:
             running=len(active_runs),
         )
     )
-    if not active_runs or fault_point("skip_lease_renewal"):
+    if not leases or not active_runs or fault_point("skip_lease_renewal"):
         return
     held = [(a.lease.run_id, a.lease.token) for a in active_runs.values()]
     result = await store.renew_leases(worker.worker_id, held, worker.options.lock_ttl)
@@ -90,32 +101,84 @@ async def orphan_loop(worker: WorkflowWorker) -> None:
 
 
 async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
-    """Queue runs whose sleep or wait deadline passed, and wake the claim loops when a
+    """Queue runs whose sleep or wait deadline passed, and wake the claim loop when a
     delayed, sleeping or rate-limited run becomes due.
 
     Each tick handles at most ``timer_max_batch`` timers, then sleeps until the next due
-    time the store knows of, capped by ``timer_poll_interval_s``.
+    time the store knows of, capped by ``timer_poll_interval_s``. It looks again sooner
+    when a run here suspends (``timers_changed``) or when the claim loop learns from the
+    store of work that was not due yet (``timers_hint``; at most every ``TIMER_HINT_GAP``
+    to ``TIMER_HINT_GAP_MAX`` seconds), so a run delayed by another process starts on
+    time. A look after a hint only recomputes the wake-up (no timer is due then).
     """
     options = worker.options
+    loop = asyncio.get_running_loop()
+    tick = True  # fire timers; False: only recompute the next wake-up (after a hint)
+    deadline = None
+    gap = TIMER_HINT_GAP
     while True:
         delay = options.timer_poll_interval_s
+        asked = loop.time()
         try:
             # Ask for the next due time BEFORE firing: next_due_at counts only times after
             # its own now, so asked after fire_timers it would skip a timer that fell due
             # between the two calls, and that run would wait for the next timer (up to
             # timer_poll_interval_s). Asked first, every timer it skips is fired below.
             due = await worker.store.next_due_at(workflows)
-            fired = await worker.store.fire_timers(options.timer_max_batch)
-            if fired:
-                worker.wake_claimers()
-            if fired >= options.timer_max_batch:
-                continue
+            if tick:
+                fired = await worker.store.fire_timers(options.timer_max_batch)
+                if fired:
+                    worker.wake_claimers()
+                if fired >= options.timer_max_batch:
+                    continue
             if due is not None:
                 delay = min(delay, max(0.0, due - await worker.store.now()))
         except StoreError as exc:
             log.warning("timer scan failed: %s", exc)
-        await worker.wait_stop_or(delay, worker.timers_changed)
-        worker.wake_claimers()
+        # A look after a hint only moves the wake-up earlier: a time it did not return
+        # may have passed during the call, and that one still needs its tick.
+        later = loop.time() + delay
+        if tick or deadline is None:
+            deadline = later
+        else:
+            gap = TIMER_HINT_GAP if later < deadline else min(2 * gap, TIMER_HINT_GAP_MAX)
+            deadline = min(deadline, later)
+        why = await _until_due_or_changed(worker, deadline, asked, gap)
+        if why is _Why.DUE:
+            worker.wake_claimers()
+            await asyncio.sleep(0)  # the claim goes out before this loop's next look
+        tick = why is not _Why.HINT
+
+
+class _Why(enum.Enum):
+    DUE = "due"
+    CHANGED = "changed"
+    HINT = "hint"
+
+
+async def _until_due_or_changed(
+    worker: WorkflowWorker, deadline: float, asked: float, gap: float
+) -> _Why:
+    """Wait until ``deadline`` (loop time) or until the timer loop should look again:
+    ``timers_changed`` at once, ``timers_hint`` no sooner than ``gap`` after the last
+    look (``asked``), so a burst of hints costs one look per gap."""
+    loop = asyncio.get_running_loop()
+    local, hint = worker.timers_changed, worker.timers_hint
+    while True:
+        now = loop.time()
+        if local.is_set():
+            local.clear()
+            hint.clear()  # the next look covers what a hint was about
+            return _Why.CHANGED
+        if hint.is_set() and now >= asked + gap:
+            hint.clear()
+            return _Why.HINT
+        if now >= deadline:
+            return _Why.DUE
+        if hint.is_set():
+            await worker.wait_stop_or(min(deadline, asked + gap) - now, local)
+        else:
+            await worker.wait_stop_or(deadline - now, local, hint)
 
 
 async def schedule_loop(worker: WorkflowWorker) -> None:
@@ -137,6 +200,7 @@ async def schedule_loop(worker: WorkflowWorker) -> None:
         except Exception:  # never let one bad record stop every schedule on this worker
             log.exception("schedule scan failed")
         await worker.wait_stop_or(delay, worker.schedules_changed)
+        worker.schedules_changed.clear()
 
 
 async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:

@@ -15,7 +15,9 @@ class WorkerOptions:
     max_concurrent_runs: int = 50
     """Runs executing at once on this worker, across all its workflows."""
     claim_poll_interval: float = 0.1
-    """How often an idle claim loop asks the store for work (it also wakes on new work)."""
+    """How often the worker's idle claim loop asks the store for work, for all its
+    workflows at once (it also wakes on new work); while busy, how often a claim looks at
+    every workflow, not only those with recent runs."""
     timer_poll_interval_s: float = 5.0
     """Longest the timer loop sleeps before looking for runs whose time has come."""
     timer_max_batch: int = 100

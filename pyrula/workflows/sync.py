@@ -5,6 +5,14 @@ event-loop thread, started on first use. It is safe across ``fork``: the child s
 its own loop thread on first use (and the store reconnects), so a client created at
 import time under gunicorn ``--preload`` or a prefork pool works in every worker.
 Don't call it before the fork if you can avoid it; creating it is free.
+
+On a single-node ValkeyStore the calls made per task (submit without an idempotency
+key, read a run, wait for a run to end) skip the loop thread: they run in the calling
+thread on a blocking connection pool (:mod:`pyrula.workflows.stores.valkey.blocking`),
+with the same Lua functions and the same checks. Anything else goes through the loop
+thread: the other calls, an idempotency key, a cluster, the first call of a process
+(it opens the store), the first run of each workflow (the store notes it), a call after
+the server was unreachable (the store checks it for data loss first).
 """
 
 from __future__ import annotations
@@ -16,15 +24,18 @@ import weakref
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pyrula.workflows.client import Delay, RunHandle
+from pyrula.workflows.client import Delay, RunHandle, outcome_of
 from pyrula.workflows.client import WorkflowClient as AsyncWorkflowClient
-from pyrula.workflows.errors import PyrulaError
+from pyrula.workflows.errors import PyrulaError, RunNotFound
 from pyrula.workflows.records import RunRecord, RunStatus
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from pyrula.workflows.stores.base import Store
+
+if TYPE_CHECKING:
+    from pyrula.workflows.stores.valkey.blocking import BlockingValkey
 
 T = TypeVar("T")
 
@@ -72,7 +83,20 @@ class WorkflowClient:
         self._runner: _LoopThread | None = None
         self._pid = os.getpid()
         self._closed = False
+        self._fast = _fast_path(store)
         _clients.add(self)
+
+    def _ready_fast(self) -> BlockingValkey | None:
+        """The blocking fast path, if it can take a call now."""
+        fast = self._fast
+        if fast is None:
+            return None
+        if self._closed:
+            raise PyrulaError("this WorkflowClient is closed")
+        runner = self._runner
+        if runner is not None and threading.current_thread() is runner.thread:
+            raise PyrulaError("the blocking client cannot be called from its own loop")
+        return fast if fast.ready() else None
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         if self._closed:
@@ -107,19 +131,36 @@ class WorkflowClient:
         expires_at: datetime | float | None = None,
     ) -> SyncRunHandle:
         """Queue a run; see the async client's ``submit``."""
-        handle = self._call(
-            self._async.submit(
-                workflow,
-                params,
-                owner=owner,
-                delay=delay,
-                start_at=start_at,
-                idempotency_key=idempotency_key,
-                run_id=run_id,
-                expires_at=expires_at,
-            )
+        new = self._async.new_run(
+            workflow,
+            params,
+            owner=owner,
+            delay=delay,
+            start_at=start_at,
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            expires_at=expires_at,
         )
-        return SyncRunHandle(self, handle)
+        fast = self._ready_fast() if idempotency_key is None else None
+        if fast is not None and fast.create(new):
+            return SyncRunHandle(self, self._async.handle(new.workflow, new.run_id))
+        record, _ = self._call(self.store.create_run(new))
+        return SyncRunHandle(self, self._async.handle(record.workflow, record.run_id))
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's record, or None for an unknown id (the store's ``get_run``)."""
+        fast = self._ready_fast()
+        if fast is not None:
+            return fast.get_run(run_id)
+        return self._call(self.store.get_run(run_id))
+
+    def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
+        """The store's ``wait_run``: the run once it has ended, or as it is when
+        ``timeout`` seconds pass (or the client closes). Raises RunNotFound."""
+        fast = self._ready_fast()
+        if fast is not None:
+            return fast.wait_run(run_id, timeout)
+        return self._call(self.store.wait_run(run_id, timeout))
 
     def handle(self, workflow: str, run_id: str) -> SyncRunHandle:
         return SyncRunHandle(self, self._async.handle(workflow, run_id))
@@ -128,6 +169,8 @@ class WorkflowClient:
         """Close the store and stop the loop thread. Idempotent."""
         if self._closed:
             return
+        if self._fast is not None:
+            self._fast.close()  # waits in other threads return
         runner = self._runner
         if runner is not None and self._pid == os.getpid():
             try:
@@ -157,14 +200,18 @@ class SyncRunHandle:
         return f"SyncRunHandle(workflow={self.workflow!r}, run_id={self.run_id!r})"
 
     def record(self) -> RunRecord:
-        return self._client._call(self._handle.record())
+        """The run's full record. Raises RunNotFound."""
+        run = self._client.get_run(self.run_id)
+        if run is None:
+            raise RunNotFound(f"no run with id {self.run_id!r} in {self._client.store.url}")
+        return run
 
     def status(self) -> RunStatus:
-        return self._client._call(self._handle.status())
+        return self.record().status
 
     def result(self, timeout: float | None = None) -> Any:
         """Block until the run ends; see the async handle's ``result``."""
-        return self._client._call(self._handle.result(timeout))
+        return outcome_of(self._client.wait_run(self.run_id, timeout))
 
     def signal(self, name: str, payload: Any = None) -> None:
         """Send a signal to the run; see the async handle's ``signal``."""
@@ -183,10 +230,24 @@ class SyncRunHandle:
         return self._client._call(self._handle.retry())
 
 
+def _fast_path(store: Store) -> BlockingValkey | None:
+    """The blocking fast path for a single-node ValkeyStore (else None)."""
+    if not type(store).__module__.startswith("pyrula.workflows.stores.valkey"):
+        return None  # and valkey-py is not imported for other stores
+    from pyrula.workflows.stores.valkey.blocking import BlockingValkey
+    from pyrula.workflows.stores.valkey.store import ValkeyStore
+
+    if not isinstance(store, ValkeyStore) or store.cluster:
+        return None
+    return BlockingValkey(store)
+
+
 def _after_fork_in_child() -> None:
     for client in list(_clients):
         client._runner = None  # the parent's loop thread does not exist here
         client._lock = threading.Lock()
+        if client._fast is not None:
+            client._fast.after_fork()
 
 
 if hasattr(os, "register_at_fork"):

@@ -1,4 +1,4 @@
-"""WorkflowWorker: claim loops, lease renewal, the timer loop and orphan recovery."""
+"""WorkflowWorker: the claim loop, lease renewal, the timer loop and orphan recovery."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyrula.workflows import loops
+from pyrula.workflows.claiming import ClaimLoop
 from pyrula.workflows.client import WorkflowClient
 from pyrula.workflows.engine.execution import (
     ExecutionObserver,
@@ -23,7 +23,7 @@ from pyrula.workflows.engine.execution import (
 )
 from pyrula.workflows.engine.runner import RunEnd, execute_run
 from pyrula.workflows.engine.threads import StepThreadPool
-from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError, StoreUnavailable
+from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.options import WorkerOptions
 from pyrula.workflows.records import Lease
@@ -31,8 +31,6 @@ from pyrula.workflows.registry import Registry, WorkflowDefinition, default_regi
 from pyrula.workflows.stores.base import Store
 
 log = logging.getLogger("pyrula.workflows.worker")
-
-STORE_ERROR_BACKOFF_MAX = 5.0
 
 
 @dataclass
@@ -82,16 +80,19 @@ class WorkflowWorker:
             store, registry=self._registry, max_payload_bytes=self.options.max_payload_bytes
         )
         self.active_runs: dict[str, _Active] = {}
-        self._reserved = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._stop_requested = threading.Event()
         self._slot_freed: asyncio.Event | None = None
         self.started_at = 0.0
-        self._idle_waiters: list[asyncio.Future[None]] = []
+        self._claimer: ClaimLoop | None = None
         self._settings = ExecutionSettings(registry=self._registry)
         self.timers_changed = asyncio.Event()
         """Set when a run here suspended, so the timer loop recomputes its next wake-up."""
+        self.timers_hint = asyncio.Event()
+        """Set by the claim loop when the store signalled work and none of it was due (a
+        delayed run submitted elsewhere, say): the timer loop recomputes its next wake-up,
+        at most every ``loops.TIMER_HINT_GAP`` or so however many hints come."""
         self.schedules_changed = asyncio.Event()
         """Set to make the schedule loop look at the store's schedules now."""
 
@@ -153,10 +154,10 @@ class WorkflowWorker:
             ", ".join(sorted(definitions)) or "no workflows",
             self.store.url,
         )
-        claimers = [
-            asyncio.create_task(self._claim_loop(d), name=f"pyrula-claim-{d.name}")
-            for d in definitions.values()
-        ]
+        claimers = []
+        if definitions:  # one claim loop for every workflow (claiming.py)
+            self._claimer = ClaimLoop(self, definitions)
+            claimers.append(asyncio.create_task(self._claimer.run(), name="pyrula-claim"))
         names = list(definitions)
         housekeeping = [
             asyncio.create_task(loops.renew_loop(self, names), name="pyrula-renew"),
@@ -176,7 +177,7 @@ class WorkflowWorker:
         try:
             await self._stop_event.wait()
         finally:
-            # Claim loops finish their current claim and exit: cancelling one mid-claim
+            # The claim loop finishes its current claim and exits: cancelling it mid-claim
             # would drop runs it had just claimed, leaving them held until their lease ran out.
             self._stop_event.set()
             self._slot_freed.set()
@@ -201,41 +202,7 @@ class WorkflowWorker:
 
     # -- claiming ----------------------------------------------------------------------
     def _free_slots(self) -> int:
-        return self.options.max_concurrent_runs - len(self.active_runs) - self._reserved
-
-    async def _claim_loop(self, definition: WorkflowDefinition) -> None:
-        assert self._stop_event is not None and self._slot_freed is not None
-        backoff = self.options.claim_poll_interval
-        while not self._stop_event.is_set():
-            free = self._free_slots()
-            if free <= 0:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
-                continue
-            if self._stop_event.is_set():
-                break
-            self._reserved += free
-            try:
-                leases = await self.store.claim_runs(
-                    self.worker_id, [definition.name], free, self.options.lock_ttl
-                )
-            except StoreUnavailable as exc:
-                log.warning(
-                    "claim for %s failed: %s; retrying in %.1fs", definition.name, exc, backoff
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, STORE_ERROR_BACKOFF_MAX)
-                continue
-            finally:
-                self._reserved -= free
-                # Another workflow's claim loop may have found every slot reserved by
-                # this claim and be waiting for a slot: the unused ones are free again.
-                self._slot_freed.set()
-            backoff = self.options.claim_poll_interval
-            for lease in leases:
-                self._start(definition, lease)
-            if len(leases) < free:
-                await self._idle(definition.name)
+        return self.options.max_concurrent_runs - len(self.active_runs)
 
     def _start(self, definition: WorkflowDefinition, lease: Lease) -> None:
         active = _Active(lease=lease)
@@ -305,42 +272,23 @@ class WorkflowWorker:
             await asyncio.wait(remaining, timeout=self.options.cancel_timeout)
 
     # -- housekeeping ------------------------------------------------------------------
-    async def wait_stop_or(self, timeout: float, event: asyncio.Event) -> None:
-        """Sleep up to ``timeout`` seconds, less if the worker stops or ``event`` is set."""
+    async def wait_stop_or(self, timeout: float, *events: asyncio.Event) -> None:
+        """Sleep up to ``timeout`` seconds, less if the worker stops or one of ``events``
+        is set (the caller clears it)."""
         assert self._stop_event is not None
         if self._stop_event.is_set():
             # Stopping: the loops that call this have nothing left to do, and returning at
             # once would spin them against the store until they are cancelled after the drain.
             await asyncio.get_running_loop().create_future()
-        stop = asyncio.ensure_future(self._stop_event.wait())
-        nudge = asyncio.ensure_future(event.wait())
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._stop_event, *events)]
         try:
-            await asyncio.wait([stop, nudge], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
-            nudge.cancel()
-            event.clear()
+            for wait in waits:
+                wait.cancel()
 
     def wake_claimers(self) -> None:
-        """Make idle claim loops ask the store for work now."""
-        for fut in self._idle_waiters:
-            if not fut.done():
-                fut.set_result(None)
-        self._idle_waiters.clear()
-
-    async def _idle(self, workflow: str) -> None:
-        """Wait for new work, a due timer, or stop; at most ``claim_poll_interval``."""
-        assert self._loop is not None and self._stop_event is not None
-        woken: asyncio.Future[None] = self._loop.create_future()
-        self._idle_waiters.append(woken)
-        work: asyncio.Future[None] = asyncio.ensure_future(
-            self.store.wait_for_work([workflow], self.options.claim_poll_interval)
-        )
-        stop: asyncio.Future[bool] = asyncio.ensure_future(self._stop_event.wait())
-        try:
-            waits: list[asyncio.Future[Any]] = [work, stop, woken]
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            work.cancel()
-            stop.cancel()
-            woken.cancel()
+        """Make the claim loop ask the store for work now: at once if it is idle, else as
+        soon as its current claim returns."""
+        if self._claimer is not None:
+            self._claimer.wake()

@@ -180,12 +180,18 @@ class Task:
         cached = self.__dict__.get("_signature_of")
         if cached is None or cached[0] is not body:  # computed once per body (patchable)
             try:
-                cached = (body, inspect.signature(run))
+                signature: inspect.Signature | None = inspect.signature(run)
             except (TypeError, ValueError):
-                cached = (body, None)
-            self.__dict__["_signature_of"] = cached
-        if cached[1] is not None:
-            cached[1].bind(*args, **kwargs)
+                signature = None
+            cached = self.__dict__["_signature_of"] = (body, signature, set[Any]())
+        signature, fits = cached[1], cached[2]
+        # Whether arguments bind depends on their number and keyword names only: a
+        # shape that bound once is not bound again.
+        shape = (len(args), *kwargs) if kwargs else len(args)
+        if signature is not None and shape not in fits:
+            signature.bind(*args, **kwargs)
+            if len(fits) < 64:
+                fits.add(shape)
 
     def _typing(self) -> bool:
         if self.typing is not None:

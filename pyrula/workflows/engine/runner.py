@@ -19,7 +19,7 @@ from pyrula.workflows.engine.control import (
 from pyrula.workflows.engine.execution import ExecutionSettings, RunExecution, call_store
 from pyrula.workflows.errors import LeaseLost, NondeterminismError, StoreUnavailable
 from pyrula.workflows.faults import fault_point
-from pyrula.workflows.records import Lease, Outcome, RunStatus, Wait
+from pyrula.workflows.records import JournalEntry, Lease, Outcome, RunStatus, Wait
 from pyrula.workflows.registry import WorkflowDefinition
 from pyrula.workflows.serialization import ErrorInfo, decode, encode
 from pyrula.workflows.stores.base import Store
@@ -56,10 +56,14 @@ async def execute_run(
     outcome, including exceptions from user code, is recorded in the store.
     """
     window = settings.store_retry_window
-    entries = await call_store(
-        lambda: store.load_journal(lease.run_id), window, f"journal of {lease.run_id}"
-    )
-    journal = {entry.position: entry for entry in entries}
+    journal: dict[int, JournalEntry] = {}
+    if lease.run.claims != 1:
+        # Only a lease holder writes the journal, so on a run's first claim it is empty:
+        # the read is saved for every run that goes through in one claim.
+        entries = await call_store(
+            lambda: store.load_journal(lease.run_id), window, f"journal of {lease.run_id}"
+        )
+        journal = {entry.position: entry for entry in entries}
     cancel_requested = False
     for _ in range(MAX_INLINE_RESUMES):
         execution = RunExecution(store, lease, journal, settings)
@@ -109,8 +113,12 @@ async def _run_workflow(
     token = bind_context(ctx)
     try:
         params = decode(execution.params_text)
-        definition.check_params(params)
-        value = await definition.fn(ctx, **params)
+        try:
+            running = definition.fn(ctx, **params)
+        except TypeError:  # raised by the call itself: no workflow code ran yet
+            definition.check_params(params)  # InvalidParams when they don't fit
+            raise
+        value = await running
         text = encode(value, what="workflow result", max_bytes=max_payload_bytes)
         return Outcome(RunStatus.COMPLETED, result=text)
     except Suspend as suspend:

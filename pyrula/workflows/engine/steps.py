@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.context import StepContext
 from pyrula.workflows.engine.control import Suspend
+from pyrula.workflows.engine.threads import StepThreadPool
 from pyrula.workflows.errors import LeaseLost, PayloadError, StepTimeout
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.records import JournalEntry, Wait
@@ -178,7 +179,11 @@ async def _call(
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    ok, value = await _guarded(loop.run_in_executor(execution.executor, call))
+    executor = execution.executor
+    if isinstance(executor, StepThreadPool):
+        ok, value = await _guarded(executor.run_soon(loop, call))
+    else:
+        ok, value = await _guarded(loop.run_in_executor(executor, call))
     if ok and inspect.isawaitable(value):
         ok, value = await _guarded(value)  # a sync callable that returned a coroutine
     elapsed = time.monotonic() - started
@@ -199,29 +204,30 @@ PROGRESS_WRITE_TIMEOUT = 30.0
 
 def _progress_reporter(execution: RunExecution) -> Callable[[str, Any], None]:
     """A thread-safe ``set_progress`` for this run's steps."""
-    loop = asyncio.get_running_loop()
+    return functools.partial(_report, execution, asyncio.get_running_loop())
 
-    def report(state: str, info: Any) -> None:
-        text = encode(info, what=f"info of progress {state!r}", max_bytes=execution.max_payload)
 
-        async def write() -> None:
-            try:
-                await execution.store.set_progress(execution.run_id, execution.token, state, text)
-            except LeaseLost:
-                # The run moved on without us; the step's outcome will be refused too.
-                execution.lost = True
+def _report(
+    execution: RunExecution, loop: asyncio.AbstractEventLoop, state: str, info: Any
+) -> None:
+    text = encode(info, what=f"info of progress {state!r}", max_bytes=execution.max_payload)
 
+    async def write() -> None:
         try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            task = loop.create_task(write())
-            task.add_done_callback(_log_progress_failure)
-        else:
-            asyncio.run_coroutine_threadsafe(write(), loop).result(PROGRESS_WRITE_TIMEOUT)
+            await execution.store.set_progress(execution.run_id, execution.token, state, text)
+        except LeaseLost:
+            # The run moved on without us; the step's outcome will be refused too.
+            execution.lost = True
 
-    return report
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        task = loop.create_task(write())
+        task.add_done_callback(_log_progress_failure)
+    else:
+        asyncio.run_coroutine_threadsafe(write(), loop).result(PROGRESS_WRITE_TIMEOUT)
 
 
 def _log_progress_failure(task: asyncio.Task[None]) -> None:

@@ -1,0 +1,250 @@
+"""The worker's claim loop: one per worker, over all the workflows it serves.
+
+Each claim asks the store for every free slot (``max_concurrent_runs`` across all the
+workflows). Idle, the loop waits for the store (``wait_for_work`` on all the workflows at
+once), a local wake-up (``WorkflowWorker.wake_claimers``: a timer fell due) or stop, at
+most ``claim_poll_interval``. A store wait that a local wake-up interrupted is kept and
+awaited again the next idle round rather than cancelled and re-issued: cancelling a
+blocking Valkey command costs its connection.
+
+Which workflows a claim names, and in which order:
+
+* A *full* claim names them all, in an order that rotates by one per claim: a store fills
+  the limit in the order given, so a workflow with a backlog cannot starve the others.
+  The first claim and a claim after a poll timed out are full.
+* Any other claim (the store signalled new work, a timer fell due, a slot freed) is
+  *targeted*: it names the workflows that yielded runs in the last ``HOT_WINDOW``
+  seconds, rotated the same way, and starts what it got; then, if it got nothing or the
+  last full claim is ``claim_poll_interval`` old, it claims the other workflows. While
+  every slot is taken (each claim fills the slots that free), a full claim is made
+  every ``claim_poll_interval``, so a backlog cannot keep the others out. A store
+  may pay per workflow named (ValkeyStore makes one call per workflow), so a busy
+  workflow costs one call per claim however many workflows the worker serves, while
+  every workflow is still looked at every ``claim_poll_interval``.
+
+When the store signalled work and the claim found none, the work was not due yet (a
+delayed run submitted elsewhere, say) or another worker took it: the loop hints the timer
+loop (``timers_hint``), which recomputes its next wake-up so that a delayed run starts on
+time rather than at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from typing import TYPE_CHECKING
+
+from pyrula.workflows.errors import StoreError
+from pyrula.workflows.records import Lease
+from pyrula.workflows.registry import WorkflowDefinition
+
+if TYPE_CHECKING:
+    from pyrula.workflows.worker import WorkflowWorker
+
+log = logging.getLogger("pyrula.workflows.worker")
+
+STORE_ERROR_BACKOFF_MAX = 5.0
+HOT_WINDOW = 1.0
+"""Seconds a workflow stays in targeted claims after it last yielded a run."""
+EARLY_RETURN = 0.9
+"""A store wait that returned before this share of its timeout was a wake-up, not a poll."""
+
+
+class Why(enum.Enum):
+    """Why the loop claims now."""
+
+    POLL = "poll"
+    """Start, a poll that timed out, a failure: look at every workflow."""
+    LOCAL = "local"
+    """``wake_claimers``: a timer fell due, a virtual clock moved; any workflow."""
+    STORE = "store"
+    """The store's wait returned early: new work, of a workflow we cannot tell."""
+    SLOT = "slot"
+    """The last claim filled every slot: more may be waiting."""
+
+
+class ClaimPlan:
+    """Which workflows the next claim names, in which order."""
+
+    def __init__(self, names: list[str], full_every: float) -> None:
+        self.names = names
+        self.full_every = full_every
+        self.last_full = float("-inf")
+        self.hot: dict[str, float] = {}
+        """Workflow -> loop time it last yielded a run."""
+        self._turn = 0
+        self._hot_turn = 0
+
+    def full_due(self, now: float) -> bool:
+        """Whether the last claim of every workflow is ``full_every`` old."""
+        return now - self.last_full >= self.full_every
+
+    def targeted(self, now: float) -> list[str] | None:
+        """The recently busy workflows, rotated; None when there are none."""
+        hot = [n for n in self.names if now - self.hot.get(n, float("-inf")) < HOT_WINDOW]
+        if not hot:
+            return None
+        self._hot_turn = turn = (self._hot_turn + 1) % len(hot)
+        return hot[turn:] + hot[:turn]
+
+    def full(self, now: float, leave_out: list[str] | None = None) -> list[str]:
+        """Every workflow (but ``leave_out``), in the order of this claim's turn."""
+        self.last_full = now
+        names = self.names
+        self._turn = turn = (self._turn + 1) % len(names)
+        order = names[turn:] + names[:turn]
+        if leave_out:
+            skip = set(leave_out)
+            order = [n for n in order if n not in skip]
+        return order
+
+    def note(self, leases: list[Lease], now: float) -> None:
+        for lease in leases:
+            self.hot[lease.run.workflow] = now
+
+
+class ClaimLoop:
+    """Claims runs for ``worker`` until it stops; see the module's docstring."""
+
+    def __init__(self, worker: WorkflowWorker, definitions: dict[str, WorkflowDefinition]):
+        self.worker = worker
+        self.definitions = definitions
+        self.names = list(definitions)
+        self.poll = worker.options.claim_poll_interval
+        self.plan = ClaimPlan(self.names, self.poll)
+        self.loop = asyncio.get_running_loop()
+        self._wake: asyncio.Future[None] | None = None
+        """What the loop awaits when idle or pausing; resolved by wake(), stop, the store."""
+        self._woken = False
+        self._work: asyncio.Future[None] | None = None
+        """The pending ``store.wait_for_work``, kept across idle rounds."""
+        self._work_started = self._work_ended = 0.0
+
+    def wake(self) -> None:
+        """Claim now: at once if idle, else as soon as the current claim returns."""
+        self._woken = True
+        _resolve(self._wake)
+
+    async def run(self) -> None:
+        worker = self.worker
+        assert worker._stop_event is not None and worker._slot_freed is not None
+        stop, freed = worker._stop_event, worker._slot_freed
+        why = Why.POLL
+        backoff = self.poll
+        try:
+            while not stop.is_set():
+                free = worker._free_slots()
+                if free <= 0:
+                    freed.clear()
+                    await freed.wait()
+                    if self._woken:
+                        why = Why.LOCAL
+                    continue
+                self._woken = False
+                try:
+                    claimed = await self._claim_round(why, free)
+                except Exception as exc:  # the loop must outlive any failure
+                    if isinstance(exc, StoreError):
+                        log.warning("claim failed: %s; retrying in %.1fs", exc, backoff)
+                    else:
+                        log.exception("claim failed; retrying in %.1fs", backoff)
+                    await self.pause(backoff)
+                    backoff = min(backoff * 2, STORE_ERROR_BACKOFF_MAX)
+                    why = Why.POLL
+                    continue
+                backoff = self.poll
+                if claimed >= free:
+                    why = Why.SLOT
+                    continue
+                if why is Why.STORE and not claimed:
+                    # The store said something changed and none of it was due: a delayed
+                    # run, maybe, that the timer loop has not heard of.
+                    worker.timers_hint.set()
+                why = await self._idle()
+        finally:
+            work, self._work = self._work, None
+            if work is not None:
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+
+    async def _claim_round(self, why: Why, free: int) -> int:
+        """Claim up to ``free`` runs and start them; return how many."""
+        now = self.loop.time()
+        full_due = self.plan.full_due(now)
+        hot = None if why is Why.POLL else self.plan.targeted(now)
+        if hot is None or (why is Why.SLOT and full_due):
+            # Saturated (SLOT), a targeted claim would fill every slot that frees with the
+            # busy workflows: one full claim per poll interval lets the others in.
+            return await self._claim(self.plan.full(now), free)
+        claimed = await self._claim(hot, free)
+        if claimed < free and (not claimed or full_due):
+            rest = self.plan.full(now, leave_out=hot)
+            if rest:
+                claimed += await self._claim(rest, free - claimed)
+        return claimed
+
+    async def _claim(self, order: list[str], limit: int) -> int:
+        worker = self.worker
+        leases = await worker.store.claim_runs(
+            worker.worker_id, order, limit, worker.options.lock_ttl
+        )
+        if leases:
+            self.plan.note(leases, self.loop.time())
+            for lease in leases:
+                worker._start(self.definitions[lease.run.workflow], lease)
+        return len(leases)
+
+    async def _idle(self) -> Why:
+        """Wait for new work, a local wake-up or stop; at most ``claim_poll_interval``."""
+        stop = self.worker._stop_event
+        assert stop is not None
+        if self._woken or stop.is_set():
+            return Why.LOCAL
+        work = self._work
+        if work is None:
+            work = self._work = asyncio.ensure_future(
+                self.worker.store.wait_for_work(self.names, self.poll)
+            )
+            self._work_started = self.loop.time()
+            work.add_done_callback(self._work_returned)
+        if not work.done():
+            wake = self._wake = self.loop.create_future()
+            try:
+                await wake
+            finally:
+                self._wake = None
+            if not work.done():
+                return Why.LOCAL  # the store's wait goes on, for the next round
+        self._work = None
+        if work.cancelled():
+            return Why.POLL
+        exc = work.exception()
+        if exc is not None:
+            log.warning("waiting for work failed: %s", exc)
+            await self.pause(self.poll)
+            return Why.POLL
+        early = self._work_ended - self._work_started < EARLY_RETURN * self.poll
+        return Why.STORE if early else Why.POLL
+
+    def _work_returned(self, work: asyncio.Future[None]) -> None:
+        self._work_ended = self.loop.time()
+        _resolve(self._wake)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep ``seconds``; less when woken (``wake``, stop, the store)."""
+        stop = self.worker._stop_event
+        if stop is None or stop.is_set():
+            return
+        wake = self._wake = self.loop.create_future()
+        timer = self.loop.call_later(seconds, _resolve, wake)
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            self._wake = None
+
+
+def _resolve(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)

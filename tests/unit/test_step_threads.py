@@ -1,0 +1,98 @@
+"""StepThreadPool: the thread pool sync steps run in, and its asyncio way in (run_soon)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+
+import pytest
+
+from pyrula.workflows.engine.threads import StepThreadPool
+
+VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
+
+
+async def test_run_soon_runs_off_the_loop_and_resolves_the_future() -> None:
+    pool = StepThreadPool(2)
+    loop = asyncio.get_running_loop()
+    try:
+        main = threading.get_ident()
+        assert await pool.run_soon(loop, lambda: threading.get_ident() != main) is True
+        with pytest.raises(ValueError, match="boom"):
+            await pool.run_soon(loop, _raise(ValueError("boom")))
+        # StopIteration cannot travel through an asyncio future: it arrives wrapped.
+        with pytest.raises(RuntimeError, match="StopIteration") as info:
+            await pool.run_soon(loop, _raise(StopIteration()))
+        assert isinstance(info.value.__cause__, StopIteration)
+    finally:
+        pool.shutdown()
+
+
+async def test_threads_are_reused_and_capped() -> None:
+    pool = StepThreadPool(3)
+    loop = asyncio.get_running_loop()
+    try:
+        for _ in range(20):  # one at a time: the one thread that ran the last takes it
+            await pool.run_soon(loop, lambda: None)
+        assert len(pool._threads) == 1
+        gate = threading.Event()
+        started = [pool.run_soon(loop, gate.wait) for _ in range(6)]
+        await asyncio.sleep(0.05)
+        assert len(pool._threads) == 3
+        gate.set()
+        assert await asyncio.gather(*started) == [True] * 6
+    finally:
+        pool.shutdown()
+
+
+async def test_a_cancelled_call_that_no_thread_took_is_skipped() -> None:
+    pool = StepThreadPool(1)
+    loop = asyncio.get_running_loop()
+    gate = threading.Event()
+    ran: list[str] = []
+    try:
+        busy = pool.run_soon(loop, gate.wait)
+        queued = pool.run_soon(loop, lambda: ran.append("queued"))
+        queued.cancel()
+        gate.set()
+        await busy
+        await pool.run_soon(loop, lambda: None)  # after the cancelled one
+        assert ran == []
+    finally:
+        pool.shutdown()
+
+
+async def test_shutdown_cancels_what_is_queued_and_refuses_more() -> None:
+    pool = StepThreadPool(1)
+    loop = asyncio.get_running_loop()
+    gate = threading.Event()
+    busy = pool.run_soon(loop, gate.wait)
+    queued = pool.run_soon(loop, lambda: "never")
+    submitted = pool.submit(lambda: "never either")
+    pool.shutdown(wait=False, cancel_futures=True)
+    await asyncio.sleep(0.01)
+    assert queued.cancelled() and submitted.cancelled()
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.run_soon(loop, lambda: None)
+    gate.set()
+    assert await busy is True
+
+
+async def test_submit_keeps_the_executor_interface() -> None:
+    pool = StepThreadPool(2)
+    try:
+        assert pool.submit(lambda a, b: a + b, 2, b=3).result(timeout=5) == 5
+        VAR.set("in the step's context")
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        assert await pool.run_soon(loop, lambda: context.run(VAR.get)) == "in the step's context"
+    finally:
+        pool.shutdown()
+
+
+def _raise(exc: BaseException) -> object:
+    def fn() -> None:
+        raise exc
+
+    return fn

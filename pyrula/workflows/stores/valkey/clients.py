@@ -1,10 +1,13 @@
 """The life of valkey-py clients outside their own loop: closing them from elsewhere,
-and keeping a forked child off its parent's sockets. Plus URL masking for messages."""
+keeping a forked child off its parent's sockets, and blocking commands left to finish
+on their own (:class:`Parking`). Plus URL masking for messages."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -60,3 +63,94 @@ def abandon(client: Any) -> None:
             with contextlib.suppress(Exception):
                 sock.close()
             transport._sock = None  # type: ignore[union-attr]
+
+
+PARK_LIMIT = 16
+"""At most this many abandoned blocking commands wait for their reply at once; past it,
+one is cancelled the old way (valkey-py closes its connection)."""
+
+
+def droppable(args: Sequence[Any]) -> bool:
+    """Whether a blocking command's reply may be read and thrown away when its caller
+    stopped waiting. Only two qualify, and only because what they consume is no data:
+
+    * ``BLPOP`` on wake-up lists (``Keys.wake``, ``...}:wake``): an element is only a
+      signal that work may be there, and claims clear the list anyway (``claim_due``
+      deletes it); a dropped one at worst lets another idle claimer sleep out its
+      slice.
+    * ``BLMOVE`` from a list to itself (``wait_run`` on a run's completion list): it
+      rotates the list in place, so nothing is taken from anyone.
+
+    Any other blocking command (one that moves or pops real data) is not parked: when
+    its caller is cancelled, valkey-py closes the connection and the server never
+    delivers what it would have popped.
+    """
+    name = str(args[0]).upper()
+    if name == "BLPOP":
+        keys = args[1:-1]
+        return bool(keys) and all(str(key).endswith("}:wake") for key in keys)
+    if name == "BLMOVE":
+        return len(args) == 6 and args[1] == args[2]
+    return False
+
+
+class Parking:
+    """Blocking commands whose caller stopped waiting, left to run to their reply.
+
+    A waiter blocked in ``BLPOP`` (an idle claimer) or ``BLMOVE`` (``wait_run``) is
+    often cancelled before the server answers: woken for another reason, its own
+    timeout run out, its worker stopping. Cancelling valkey-py in the middle of a read
+    makes it close that connection (the reply would otherwise arrive on the next
+    command), so each of these cost a reconnect. Instead the command runs in a task of
+    its own; a cancelled caller parks that task here, it reads the reply (or reaches
+    its own time limit, the blocking timeout plus ``socket_timeout``: a server that
+    never answers costs one closed connection, never a leaked one), drops it, and
+    valkey-py returns the connection to the pool. :func:`droppable` says which commands
+    may be parked.
+    """
+
+    def __init__(self, limit: int = PARK_LIMIT) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def park(self, task: asyncio.Task[Any]) -> bool:
+        """Keep ``task`` running to its end; False if the limit is reached."""
+        with self._lock:
+            if len(self._tasks) >= self.limit:
+                return False
+            self._tasks.add(task)
+        task.add_done_callback(self._unpark)
+        return True
+
+    def _unpark(self, task: asyncio.Task[Any]) -> None:
+        with self._lock:
+            self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the reply, or why there was none, is dropped
+
+    def forget(self) -> None:
+        """In a forked child: the parked tasks belong to the parent's loop."""
+        with self._lock:
+            self._tasks = set()
+
+    async def cancel_all(self) -> None:
+        """Cancel every parked command (closing its connection): this loop's are
+        awaited, another running loop's are cancelled on that loop."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            tasks, self._tasks = self._tasks, set()
+        mine: list[asyncio.Task[Any]] = []
+        for task in tasks:
+            owner = task.get_loop()
+            if owner is loop:
+                task.cancel()
+                mine.append(task)
+            elif not owner.is_closed():
+                with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
+                    owner.call_soon_threadsafe(task.cancel)
+        if mine:
+            await asyncio.gather(*mine, return_exceptions=True)

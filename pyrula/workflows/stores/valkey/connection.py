@@ -6,6 +6,12 @@ from several loops at once (the blocking client's loop thread, a worker's loop, 
 ``asyncio.run`` of the blocking schedule API), so :class:`Server` keeps a client per
 running loop, created on first use there and dropped once that loop is closed. A forked
 child never touches its parent's sockets: clients are dropped when the pid changes.
+
+A blocking wait whose caller gives up (an idle claimer woken for another reason) keeps
+its connection: it is parked until its reply comes and the connection goes back to the
+pool (:class:`.clients.Parking`; only waits whose reply may be dropped). Data-loss
+detection (markers, checked every so many calls) is the :class:`.dataloss.DataLoss`
+half of :class:`Server`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import valkey.asyncio as valkey_async
+from valkey.asyncio.connection import parse_url
 
 if sys.version_info >= (3, 11):
     from asyncio import timeout as deadline
@@ -30,8 +37,10 @@ from valkey import exceptions as vex
 from valkey.asyncio.cluster import ValkeyCluster
 
 from pyrula.workflows.errors import (
+    ConfigurationError,
     InvalidRunState,
     LeaseLost,
+    PyrulaError,
     RunNotFound,
     ScheduleExists,
     ScheduleNotFound,
@@ -41,11 +50,14 @@ from pyrula.workflows.errors import (
 from pyrula.workflows.stores.valkey import functions
 from pyrula.workflows.stores.valkey.clients import (
     INHERITED,
+    Parking,
     abandon,
     close_quietly,
     disown,
+    droppable,
     mask_url,
 )
+from pyrula.workflows.stores.valkey.dataloss import DataLoss
 from pyrula.workflows.stores.valkey.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -60,12 +72,15 @@ UNAVAILABLE = (
     vex.ClusterError,
     OSError,
 )
+VANISHED = (RunNotFound, LeaseLost)
+"""Errors that also follow a data loss (a run we knew of is gone): the markers are
+checked before one is raised, so a flushed server is reported by that very call."""
 _PYRULA_ERROR = re.compile(r"PYRULA_(\w+) (.*?)(?: script: .*)?$", re.S)
 Call = tuple[str, str, Sequence[Any]]
 """(function name, routing key, arguments after the clock override)"""
 
 
-class Server:
+class Server(DataLoss):
     """The Valkey server or cluster behind one store."""
 
     def __init__(
@@ -79,6 +94,10 @@ class Server:
     ) -> None:
         self.url = url
         self.masked = mask_url(url)
+        try:
+            parse_url(url)
+        except ValueError as exc:  # a scheme, port or option valkey-py can't use
+            raise ConfigurationError(f"invalid Valkey URL {self.masked!r}: {exc}") from None
         self.keys = keys
         self.cluster = cluster
         self.socket_timeout = socket_timeout
@@ -87,19 +106,9 @@ class Server:
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._pid = os.getpid()
         self.lib = functions.library()
-        self.run_ids: dict[str, str] = {}
-        """Each node's ``run_id`` as of open(): a restart changes it."""
-        self.markers: set[str] = set()
-        """Data-loss markers this process wrote; one gone means the data went with it."""
-        self.generation = 0
-        """Goes up each time a data loss is detected (caches keyed on it start over)."""
-        self.data_loss: list[str] = []
-        """The message of every data loss detected, oldest first."""
-        self._reported: set[str] = set()
-        """Node run_ids whose data loss was reported (once each)."""
-        self._suspect = False
-        """Set when the server could not be reached: it may have restarted, so the next
-        call first checks the markers are still there."""
+        self.parking = Parking()
+        """Blocking commands whose caller gave up, reading their reply (clients.py)."""
+        DataLoss.__init__(self)
 
     # -- clients -----------------------------------------------------------------------
     def client(self) -> Any:
@@ -112,6 +121,7 @@ class Server:
                     INHERITED.append(inherited)
                 self._clients = {}
                 self._pid = os.getpid()
+                self.parking.forget()
             client = self._clients.get(loop)
             if client is None:
                 for stale in [other for other in self._clients if other.is_closed()]:
@@ -140,6 +150,7 @@ class Server:
         loop = asyncio.get_running_loop()
         with self._lock:
             clients, self._clients = self._clients, {}
+        await self.parking.cancel_all()
         mine = clients.pop(loop, None)
         for other_loop, other in clients.items():
             if other_loop.is_closed():
@@ -154,12 +165,35 @@ class Server:
     def unavailable(self, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(f"Valkey at {self.masked} is unavailable: {exc}")
 
+    def unreachable(self, exc: BaseException) -> PyrulaError:
+        """The error for a server that did not answer open()'s first PING."""
+        text = str(exc).rstrip(".")
+        if isinstance(exc, vex.AuthenticationError):
+            return ConfigurationError(
+                f"Valkey at {self.masked} refused the credentials: {text}. Check the user "
+                "name and password in the URL (redis://user:password@host:port)"
+            )
+        if "cluster mode is not enabled" in text.lower():
+            return ConfigurationError(
+                f"Valkey at {self.masked} is not a cluster: drop cluster=True (or "
+                "cluster=true from the URL)"
+            )
+        return StoreUnavailable(
+            f"cannot reach Valkey at {self.masked}: {text}. Is the server running, and is "
+            "the URL right?"
+        )
+
     def translate(self, exc: BaseException) -> BaseException:
         """The pyrula error for a driver error (domain errors come from the Lua)."""
         if isinstance(exc, UNAVAILABLE):
-            self._suspect = True
+            self._unreachable = True
             return self.unavailable(exc)
         text = str(exc)
+        if isinstance(exc, vex.MovedError) and not self.cluster:
+            return ConfigurationError(
+                f"Valkey at {self.masked} is a cluster node (it answered MOVED {text}): "
+                "use cluster=True (or cluster=true in the URL)"
+            )
         match = _PYRULA_ERROR.match(text)
         if match is None:
             if text.startswith(("OOM", "LOADING", "MASTERDOWN", "NOREPLICAS")):
@@ -184,14 +218,42 @@ class Server:
     async def command(self, *args: Any, block: float = 0.0) -> Any:
         """A plain command (routed by its key on a cluster), errors translated; ``block``
         is how long a blocking command may wait, beyond the usual time limit."""
-        if self._suspect:
+        if self._check_due():
             await self.verify()
+        if block > 0 and droppable(args):
+            return await self._blocking(args, block)
+        return await self._command(self.client(), args, block)
+
+    async def _command(self, client: Any, args: Sequence[Any], block: float) -> Any:
         try:
             async with deadline(self.socket_timeout + block):
-                reply = await self.client().execute_command(*args)
+                reply = await client.execute_command(*args)
         except Exception as exc:
             raise self.translate(exc) from None
         return reply
+
+    async def _blocking(self, args: Sequence[Any], block: float) -> Any:
+        """A blocking command whose reply may be dropped (clients.droppable): it runs in
+        a task of its own, and a caller cancelled meanwhile parks that task instead of
+        cancelling it, so the connection goes back to the pool once the reply (or the
+        command's own timeout) arrives instead of being closed and opened again."""
+        client = self.client()
+        inner = asyncio.ensure_future(self._command(client, args, block))
+        try:
+            return await asyncio.shield(inner)
+        except asyncio.CancelledError:
+            if inner.done():
+                if not inner.cancelled():
+                    inner.exception()  # retrieved: the caller is gone
+            elif not (self._owns(client) and self.parking.park(inner)):
+                inner.cancel()  # closing (or too many parked): drop the connection
+            raise
+
+    def _owns(self, client: Any) -> bool:
+        """Whether ``client`` is still this loop's live client (not closed meanwhile)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            return self._clients.get(loop) is client and os.getpid() == self._pid
 
     def _fcall_args(self, name: str, key: str, args: Sequence[Any]) -> tuple[Any, ...]:
         return ("FCALL", self.lib.function(name), 1, key, self._clock_arg(), *args)
@@ -209,7 +271,7 @@ class Server:
 
     async def call(self, name: str, key: str, *args: Any) -> Any:
         """FCALL ``name`` routed by ``key``; a missing library is loaded again once."""
-        if self._suspect:
+        if self._check_due():
             await self.verify()
         client = self.client()
         try:
@@ -225,15 +287,19 @@ class Server:
         except (StoreError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            raise self.translate(exc) from None
-        return reply
+            error = self.translate(exc)
+        else:
+            return reply
+        if isinstance(error, VANISHED):
+            await self.verify()  # a run we knew of is gone: was the data flushed?
+        raise error from None
 
     async def call_many(self, calls: Sequence[Call]) -> list[Any]:
         """Several FCALLs in one round trip (one per node on a cluster); each result is
         the reply or the translated exception, in order."""
         if not calls:
             return []
-        if self._suspect:
+        if self._check_due():
             await self.verify()
         client = self.client()
         try:
@@ -259,6 +325,8 @@ class Server:
                 out.append(result if isinstance(result, StoreError) else self.translate(result))
             else:
                 out.append(result)
+        if any(isinstance(result, VANISHED) for result in out):
+            await self.verify()
         return out
 
     async def _send_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
@@ -287,90 +355,3 @@ class Server:
             if isinstance(exc, StoreError):
                 raise
             raise self.translate(exc) from None
-
-    # -- library and data loss ---------------------------------------------------------
-    async def recover_library(self, client: Any, key: str) -> None:
-        """A node answered "Function not found": load the library again, unless it was
-        pruned on purpose; if the node also lost the data, say so loudly."""
-        try:
-            await functions.check_not_pruned(client, self.masked, self.lib)
-            marker = self.keys.tag_marker(key)
-            if marker not in self.markers:
-                marker = self.keys.meta_marker
-            lost = marker in self.markers and not await client.exists(marker)
-            await functions.load_library(client, self.cluster, self.lib)
-            if lost:
-                await self.report_data_loss(client, key, marker)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self.translate(exc) from None
-        log.warning(
-            "Valkey at %s had lost the pyrula function library (restarted, or a new node); "
-            "loaded %s again",
-            self.masked,
-            self.lib.name,
-        )
-
-    async def verify(self) -> None:
-        """After the server was unreachable: are the markers still there? A server that
-        restarted without persistence lost them (and the library, loaded again here)."""
-        self._suspect = False
-        client = self.client()
-        try:
-            if self.cluster:
-                await client.initialize()  # the slot map may have been reset by the error
-            by_node: dict[str, str] = {}
-            for marker in sorted(self.markers):
-                node = client.get_node_from_key(marker).name if self.cluster else "server"
-                by_node.setdefault(node, marker)
-            for marker in by_node.values():
-                if not await client.exists(marker):
-                    await functions.load_library(client, self.cluster, self.lib)
-                    await self.report_data_loss(client, marker, marker)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self.translate(exc) from None
-
-    async def report_data_loss(self, client: Any, key: str, marker: str) -> None:
-        node = client.get_node_from_key(key).name if self.cluster else "server"
-        before = self.run_ids.get(node, "unknown")
-        now = await self.node_run_id(client, node)
-        self.run_ids[node] = now
-        if now in self._reported:  # another call found the same loss first
-            await self.write_markers(client, list(self.markers))
-            return
-        self._reported.add(now)
-        message = (
-            f"Valkey at {self.masked} LOST ITS DATA: the node's run_id changed from {before} "
-            f"to {now} and the marker key {marker!r} written at first use is gone. It was "
-            "restarted without persistence (or flushed): runs, journals and schedules it "
-            "held are gone. Enable persistence (appendonly yes) on production servers."
-        )
-        log.error(message)
-        self.data_loss.append(message)
-        self.generation += 1
-        await self.write_markers(client, list(self.markers))
-        raise StoreUnavailable(message)
-
-    async def write_markers(self, client: Any, markers: Sequence[str]) -> None:
-        """Write data-loss markers (those already there are kept): one round trip per
-        node, whatever their number."""
-        async with client.pipeline(transaction=False) as pipe:
-            for marker in markers:
-                pipe.set(marker, "1", nx=True)
-            await pipe.execute()
-        self.markers.update(markers)
-
-    async def node_run_id(self, client: Any, node: str) -> str:
-        if not self.cluster:
-            info = await client.info("server")
-            return str(info.get("run_id", "unknown"))
-        target = next((n for n in client.get_nodes() if n.name == node), None)
-        if target is None:
-            return "unknown"
-        info = await client.execute_command("INFO", "server", target_nodes=target)
-        if isinstance(info, dict) and "run_id" not in info and info:
-            info = next(iter(info.values()))
-        return str(info.get("run_id", "unknown")) if isinstance(info, dict) else "unknown"

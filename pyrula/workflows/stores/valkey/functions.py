@@ -15,13 +15,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from pyrula.workflows.errors import StoreUnavailable
+from valkey import exceptions as vex
+
+from pyrula.workflows.errors import (
+    ConfigurationError,
+    PyrulaError,
+    StoreError,
+    StoreUnavailable,
+)
 from pyrula.workflows.stores.flow import CLAIM_SHARE, RATE_SKIP_WINDOW, TOKEN_SLACK
 from pyrula.workflows.stores.rules import MAX_TRACKED_ATTEMPTS
+from pyrula.workflows.stores.valkey.clients import close_quietly, mask_url
 from pyrula.workflows.stores.valkey.keys import TOMBSTONE, lua_prelude
 
 log = logging.getLogger(__name__)
@@ -111,6 +120,59 @@ async def check_not_pruned(client: Any, url: str, lib: Library) -> None:
         )
 
 
+ADMIN_TIMEOUT = 10.0
+"""Seconds upgrade_scripts waits to connect, and for any one reply."""
+_NO_COMMAND = re.compile(r"no permissions to run the '([^']+)' command", re.I)
+
+
+def admin_error(exc: BaseException, url: str, cluster: bool) -> PyrulaError:
+    """The pyrula error, naming ``url`` and what to do, for a driver error of
+    :func:`upgrade_scripts`."""
+    text = str(exc).rstrip(".")
+    if isinstance(exc, vex.AuthenticationError):
+        return ConfigurationError(
+            f"Valkey at {url} refused the credentials: {text}. Check the user name and "
+            "password in the URL (redis://user:password@host:port)"
+        )
+    if isinstance(exc, vex.NoPermissionError):
+        denied = _NO_COMMAND.search(text)
+        what = (
+            f"may not run {denied.group(1).upper().replace('|', ' ')}"
+            if denied
+            else f"may not read or write the tombstone key {TOMBSTONE}"
+        )
+        return ConfigurationError(
+            f"the Valkey user of {url} {what} ({text}). upgrade_scripts needs the "
+            "+function ACL category (FUNCTION LOAD, LIST and DELETE) and read-write "
+            "access to the tombstone, e.g. ACL SETUSER <user> +function +sadd +srem "
+            "+sismember %RW~_pyrula:* (see the ACLs section of docs/valkey.md)"
+        )
+    if isinstance(exc, vex.MovedError):
+        return ConfigurationError(
+            f"Valkey at {url} is a cluster node (it answered MOVED): call "
+            "upgrade_scripts(url, cluster=True)"
+        )
+    if "cluster mode is not enabled" in text.lower() or "cluster support disabled" in text:
+        return ConfigurationError(
+            f"Valkey at {url} is not a cluster: call upgrade_scripts without cluster=True"
+        )
+    unreachable = (
+        vex.ConnectionError,
+        vex.TimeoutError,
+        vex.ValkeyClusterException,
+        vex.ClusterError,
+        OSError,
+    )
+    if isinstance(exc, unreachable):
+        return StoreUnavailable(
+            f"cannot reach Valkey at {url}: {text}. Is the server running, and is the URL right?"
+        )
+    if text.startswith(("LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")):
+        return StoreUnavailable(f"Valkey at {url} is unavailable: {text}")
+    kind = "cluster" if cluster else "server"
+    return StoreError(f"Valkey {kind} at {url} refused upgrade_scripts: {text}")
+
+
 def upgrade_scripts(url: str, prune_stale: bool = True, *, cluster: bool = False) -> list[str]:
     """Load this build's library on ``url`` (every primary of a cluster); with
     ``prune_stale``, delete every other ``pyrula_*`` library and record it in the
@@ -118,6 +180,10 @@ def upgrade_scripts(url: str, prune_stale: bool = True, *, cluster: bool = False
 
     Run it once no worker of an older build is running. Needs the ``+function`` ACL
     category and access to the tombstone key. Returns the names it removed.
+
+    Raises StoreUnavailable when the server can't be reached, ConfigurationError for a
+    URL, credentials or ACL that can't work (the message names the URL and what is
+    missing), StoreError for anything else the server refused.
     """
     from pyrula.workflows.stores.schedule_admin import run_blocking
 
@@ -128,26 +194,46 @@ async def _upgrade(url: str, prune_stale: bool, cluster: bool) -> list[str]:
     import valkey.asyncio as valkey_async
     from valkey.asyncio.cluster import ValkeyCluster
 
-    lib = library()
-    client: Any = ValkeyCluster.from_url(url) if cluster else valkey_async.Valkey.from_url(url)
-    pruned: set[str] = set()
+    masked = mask_url(url)
+    options: dict[str, Any] = {
+        "socket_timeout": ADMIN_TIMEOUT,
+        "socket_connect_timeout": ADMIN_TIMEOUT,
+    }
     try:
-        await client.srem(TOMBSTONE, lib.name)  # loading it again on purpose revives it
-        await load_library(client, cluster, lib)
-        if prune_stale:
-            for node in _primaries(client, cluster):
-                listing = await _on(
-                    client, node, "FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_PREFIX + "*"
-                )
-                for entry in listing:
-                    fields = dict(zip(entry[::2], entry[1::2], strict=False))
-                    name = fields[b"library_name"].decode()
-                    if name.startswith(LIBRARY_PREFIX) and name != lib.name:
-                        await client.sadd(TOMBSTONE, name)  # first: never a silent reload
-                        await _on(client, node, "FUNCTION", "DELETE", name)
-                        pruned.add(name)
+        client: Any = (
+            ValkeyCluster.from_url(url, **options)
+            if cluster
+            else valkey_async.Valkey.from_url(url, **options)
+        )
+    except ValueError as exc:  # valkey-py's URL parsing
+        raise ConfigurationError(f"invalid Valkey URL {masked!r}: {exc}") from None
+    try:
+        return await _prune(client, prune_stale, cluster)
+    except PyrulaError:
+        raise
+    except Exception as exc:
+        raise admin_error(exc, masked, cluster) from None
     finally:
-        await client.aclose()
+        await close_quietly(client)
+
+
+async def _prune(client: Any, prune_stale: bool, cluster: bool) -> list[str]:
+    lib = library()
+    pruned: set[str] = set()
+    await client.srem(TOMBSTONE, lib.name)  # loading it again on purpose revives it
+    await load_library(client, cluster, lib)
+    if prune_stale:
+        for node in _primaries(client, cluster):
+            listing = await _on(
+                client, node, "FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_PREFIX + "*"
+            )
+            for entry in listing:
+                fields = dict(zip(entry[::2], entry[1::2], strict=False))
+                name = fields[b"library_name"].decode()
+                if name.startswith(LIBRARY_PREFIX) and name != lib.name:
+                    await client.sadd(TOMBSTONE, name)  # first: never a silent reload
+                    await _on(client, node, "FUNCTION", "DELETE", name)
+                    pruned.add(name)
     if pruned:
         log.warning("pruned Valkey function libraries %s", ", ".join(sorted(pruned)))
     return sorted(pruned)

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from valkey import exceptions as vex
 
-from pyrula.workflows.errors import ConfigurationError, StoreError, StoreUnavailable
+from pyrula.workflows.errors import ConfigurationError, StoreError
 from pyrula.workflows.stores.notify import Notifier
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 from pyrula.workflows.stores.valkey import functions
@@ -161,10 +161,7 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
         try:
             await client.ping()
         except Exception as exc:
-            raise StoreUnavailable(
-                f"cannot reach Valkey at {self.url}: {exc}. Is the server running, and "
-                "is the URL right?"
-            ) from None
+            raise self._server.unreachable(exc) from None
         try:
             await self._check_eviction(client)
             await functions.check_not_pruned(client, self.url, self._server.lib)

@@ -225,7 +225,7 @@ class WorkflowWorker:
                 self.timers_changed.set()  # the timer loop recomputes its next wake-up
         except asyncio.CancelledError:
             if not active.lost:
-                await self._release(lease)
+                await self._release(lease, active.execution)
         except Exception:
             # An engine or store failure, not the workflow's: the lease will lapse and
             # the orphan scan hands the run to a worker that can finish it.
@@ -237,8 +237,15 @@ class WorkflowWorker:
             if self._slot_freed is not None:
                 self._slot_freed.set()
 
-    async def _release(self, lease: Lease) -> None:
+    async def _release(self, lease: Lease, execution: RunExecution | None) -> None:
         try:
+            pending = None if execution is None else await execution.take_pending()
+            if pending is not None:  # a finished step's deferred entry: keep its result
+                await call_store(
+                    lambda: self.store.append_journal(lease.token, pending),
+                    self.options.cancel_timeout,
+                    f"journal of {lease.run_id}",
+                )
             await call_store(
                 lambda: self.store.release_run(lease.run_id, lease.token),
                 self.options.cancel_timeout,

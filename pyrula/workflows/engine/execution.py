@@ -31,6 +31,13 @@ from pyrula.workflows.stores.base import Store
 
 log = logging.getLogger("pyrula.workflows.engine")
 
+
+def _background_flush_done(task: asyncio.Task[None]) -> None:
+    # A lost lease or a failed write marked the run (lost); its next boundary acts on it.
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("deferred journal write failed: %r", task.exception())
+
+
 STORE_RETRY_INITIAL = 0.05
 STORE_RETRY_MAX = 2.0
 DURABLE_BACKOFF_AFTER = 5.0
@@ -109,6 +116,10 @@ class RunExecution:
         self._next_position = 0
         self.failed_steps: dict[int, int] = {}
         """id(exception) -> journal position, for step errors raised into the workflow."""
+        self.pending: JournalEntry | None = None
+        """The last step's entry, not yet written: see :meth:`defer`."""
+        self.running_steps = 0
+        self._flushing = asyncio.Lock()
 
     # -- positions -----------------------------------------------------------------------
     @property
@@ -156,19 +167,63 @@ class RunExecution:
 
     async def append(self, entry: JournalEntry) -> None:
         """Write ``entry`` fenced by this lease; a lost lease raises LeaseGone."""
+        await self.flush()
+        await self._write(entry)
 
+    def defer(self, entry: JournalEntry) -> None:
+        """Keep a finished step's entry to write with the run's next store write.
+
+        Every step, child, signal, timer and the outcome writes it first (:meth:`fenced`,
+        or ``finish_run`` carrying it: :meth:`take_pending`), and if the workflow awaits
+        anything else first, it is written as soon as the workflow yields to the event
+        loop. A crash in between re-runs the step, as a crash just before an immediate
+        write would. What it saves is a round trip for the step a run ends with: the
+        outcome carries its entry.
+        """
+        self.pending = entry
+        self.journal[entry.position] = entry
+        asyncio.get_running_loop().call_soon(self._flush_if_waiting, entry)
+
+    def _flush_if_waiting(self, entry: JournalEntry) -> None:
+        if self.pending is entry:  # the workflow yielded with it still unwritten
+            task = asyncio.ensure_future(self.flush())
+            task.add_done_callback(_background_flush_done)
+
+    async def flush(self) -> None:
+        """Write the deferred entry, if any; wait for a write of it already under way."""
+        if self.pending is None and not self._flushing.locked():
+            return
+        async with self._flushing:
+            entry, self.pending = self.pending, None
+            if entry is not None:
+                await self._write(entry)
+
+    async def take_pending(self) -> JournalEntry | None:
+        """The deferred entry, for the outcome to carry (after a write of it under way)."""
+        if self._flushing.locked():
+            async with self._flushing:
+                pass
+        entry, self.pending = self.pending, None
+        return entry
+
+    async def _write(self, entry: JournalEntry) -> None:
         async def write() -> bool:
             cancel = await self.store.append_journal(self.token, entry)
             fault_point("after_journal_before_reply")
             return cancel
 
-        cancel = await self.fenced(write, f"{entry.kind} {entry.name!r} at {entry.position}")
+        cancel = await self._fenced(write, f"{entry.kind} {entry.name!r} at {entry.position}")
         if cancel:
             self.cancel_requested = True
         self.journal[entry.position] = entry
 
     async def fenced(self, operation: Callable[[], Awaitable[Any]], what: str) -> Any:
-        """Run a fenced store write, translating failures into control signals."""
+        """Run a fenced store write (after the deferred entry), translating failures
+        into control signals."""
+        await self.flush()
+        return await self._fenced(operation, what)
+
+    async def _fenced(self, operation: Callable[[], Awaitable[Any]], what: str) -> Any:
         observer = self.observer
         try:
             if observer is not None:

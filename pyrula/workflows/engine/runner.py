@@ -89,8 +89,9 @@ async def execute_run(
             fault_point("before_outcome")
             if execution.observer is not None:
                 await execution.observer.checkpoint(execution, "before the outcome")
+            last = await execution.take_pending()
             await call_store(
-                functools.partial(store.finish_run, lease.run_id, lease.token, outcome),
+                functools.partial(store.finish_run, lease.run_id, lease.token, outcome, last),
                 window,
                 f"outcome of {lease.run_id}",
             )

@@ -77,7 +77,28 @@ async def run_step(
     entry = execution.recorded(position, "step", name)
     if entry is not None:
         return execution.outcome(entry)
-    execution.check_boundary()
+    execution.running_steps += 1  # before any await: a step beside it must see this one
+    try:
+        await execution.flush()  # the previous step's entry, before this one's side effects
+        execution.check_boundary()
+        return await _execute_step(
+            execution, position, name, fn, args, kwargs, retry, timeout, takes_context
+        )
+    finally:
+        execution.running_steps -= 1
+
+
+async def _execute_step(
+    execution: RunExecution,
+    position: int,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: RetryPolicy | None,
+    timeout: float | None,
+    takes_context: bool,
+) -> Any:
     policy = retry or DEFAULT_STEP_RETRY
     attempt, wake_at = _backoff_state(execution, position)
     if wake_at is not None and await execution.store_now() < wake_at:
@@ -144,17 +165,22 @@ async def run_step(
         execution.check_boundary()
         attempt += 1
     fault_point("after_step_before_journal")
-    await execution.append(
-        JournalEntry(
-            run_id=execution.run_id,
-            position=position,
-            kind="step",
-            name=name,
-            ok=ok,
-            value=text,
-            attempts=attempt,
-        )
+    entry = JournalEntry(
+        run_id=execution.run_id,
+        position=position,
+        kind="step",
+        name=name,
+        ok=ok,
+        value=text,
+        attempts=attempt,
     )
+    # Deferred (see RunExecution.defer) unless steps run beside it (ctx.gather) or a test
+    # observer names every write as a crash point (check_crash_safety): the crashes it
+    # tries are the same ones either way, a step re-runs if its entry was not yet written.
+    if execution.running_steps == 1 and execution.pending is None and execution.observer is None:
+        execution.defer(entry)
+    else:
+        await execution.append(entry)  # steps still running beside it (ctx.gather)
     if ok:
         return decode(text)
     execution.failed_steps[id(value)] = position

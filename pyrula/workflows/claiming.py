@@ -18,7 +18,8 @@ Which workflows a claim names, and in which order:
   last full claim is ``claim_poll_interval`` old, it claims the other workflows. While
   every slot is taken (each claim fills the slots that free), a full claim is made
   every ``claim_poll_interval``, so a backlog cannot keep the others out. A store
-  may pay per workflow named (ValkeyStore makes one call per workflow), so a busy
+  may pay per workflow named (a ValkeyStore cluster makes one call per workflow; a
+  single node one call for all, with a few commands per workflow), so a busy
   workflow costs one call per claim however many workflows the worker serves, while
   every workflow is still looked at every ``claim_poll_interval``.
 

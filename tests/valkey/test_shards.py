@@ -213,3 +213,28 @@ async def test_keys_are_where_keys_py_says(make_store: MakeStore) -> None:
         assert await raw.exists(key) == 1, key
     found = [k.decode() async for k in raw.scan_iter(match=f"*{run_id}*")]
     assert found and all(k.startswith(store.namespace + ":") for k in found)
+
+
+async def test_one_claim_serves_many_workflows_in_the_order_given(
+    make_store: MakeStore, topology: str
+) -> None:
+    store = await make_store(topology, shard_count=SHARDS)
+    names = [f"wf{i}" for i in range(6)]
+    assert await store.claim_runs("w", names, 5, TTL) == []  # each workflow noted once
+    for name in ("wf1", "wf3", "wf4"):
+        for _ in range(3):
+            await create(store, name)
+    raw = store._server.client()
+    before = await raw.info("commandstats")
+    leases = await store.claim_runs("w", names, 7, TTL)
+    after = await raw.info("commandstats")
+    # The limit is filled in the order given: all of wf1 and wf3, one run of wf4.
+    assert [lease.run.workflow for lease in leases] == ["wf1"] * 3 + ["wf3"] * 3 + ["wf4"]
+    if topology == "single":
+
+        def fcalls(stats: dict[str, dict[str, int]]) -> int:
+            return stats.get("cmdstat_fcall", {}).get("calls", 0)
+
+        assert fcalls(after) - fcalls(before) == 1  # one call for all six workflows
+    rest = await store.claim_runs("w", list(reversed(names)), 10, TTL)
+    assert [lease.run.workflow for lease in rest] == ["wf4", "wf4"]

@@ -95,11 +95,15 @@ class QueueOps(ValkeyCore):
         if limit <= 0:
             return []
         await self._ensure_open()
+        names = list(dict.fromkeys(workflows))
+        for workflow in names:
+            await self._note_workflow(workflow)
+        if not self.cluster:
+            return await self._claim_due(worker_id, names, limit, lease_ttl) if names else []
         leases: list[Lease] = []
-        for workflow in dict.fromkeys(workflows):
+        for workflow in names:
             if len(leases) >= limit:
                 break
-            await self._note_workflow(workflow)
             leases += await self._claim_workflow(
                 worker_id, workflow, limit - len(leases), lease_ttl
             )
@@ -108,8 +112,8 @@ class QueueOps(ValkeyCore):
     async def _claim_workflow(
         self, worker_id: str, workflow: str, limit: int, ttl: float
     ) -> list[Lease]:
-        if not self.cluster:
-            return await self._claim_due(worker_id, workflow, limit, ttl)
+        """Cluster: read the workflow's hint, then claim on its due shards, one call each
+        (batched by node)."""
         await self._resync(workflow)
         due = text(await self._server.call("hint_read", self._keys.hint(workflow)))
         shards = sorted(int(shard) for shard in due.split(",")) if due else []
@@ -148,30 +152,34 @@ class QueueOps(ValkeyCore):
         return leases
 
     async def _claim_due(
-        self, worker_id: str, workflow: str, limit: int, ttl: float
+        self, worker_id: str, workflows: list[str], limit: int, ttl: float
     ) -> list[Lease]:
-        """Single node: read the hint and claim on the due shards in one call (the Lua
-        follows the plan of the cluster path above); shards stopped by flow control are
-        finished here, one by one."""
-        cursor = self._cursor.get(workflow, 0)
-        owned = sorted(self._owned.get(worker_id, frozenset()))
+        """Single node: read the hints and claim on the due shards of every workflow, in
+        the order given, in one call (the Lua follows the plan of the cluster path
+        above); shards stopped by flow control are finished here, one by one."""
+        cursors = [self._cursor.get(workflow, 0) for workflow in workflows]
+        owned = [str(shard) for shard in sorted(self._owned.get(worker_id, frozenset()))]
+        pairs = [str(x) for pair in zip(workflows, cursors, strict=True) for x in pair]
         reply = await self._server.call(
-            "claim_due", self._keys.hint(workflow), self.namespace, workflow, worker_id,
-            str(limit), num(ttl), str(cursor), *[str(shard) for shard in owned],
+            "claim_due", self._keys.hint(workflows[0]), self.namespace, worker_id,
+            str(limit), num(ttl), str(len(workflows)), *pairs, *owned,
         )  # fmt: skip
-        flat, blocked, visited = flat_text(await self._after(0, reply))
-        self._cursor[workflow] = cursor + int(visited)
-        leases = [lease_of(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
-        for i in range(0, len(blocked), 8):
-            shard, owed = int(blocked[i]), int(blocked[i + 1])
-            try:
-                leases += await self._claim_rest(
-                    shard, owed, [[], blocked[i + 2 : i + 8]], worker_id, workflow, ttl
-                )
-            except StoreError as exc:  # the runs claimed already are returned
-                if not leases:
-                    raise
-                log.warning("a claim on %s failed on shard %d: %s", self.url, shard, exc)
+        leases: list[Lease] = []
+        per_workflow = flat_text(await self._after(0, reply))
+        reached = zip(workflows, cursors, per_workflow, strict=False)  # the limit may stop it
+        for workflow, cursor, (flat, blocked, visited) in reached:
+            self._cursor[workflow] = cursor + int(visited)
+            leases += [lease_of(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+            for i in range(0, len(blocked), 8):
+                shard, owed = int(blocked[i]), int(blocked[i + 1])
+                try:
+                    leases += await self._claim_rest(
+                        shard, owed, [[], blocked[i + 2 : i + 8]], worker_id, workflow, ttl
+                    )
+                except StoreError as exc:  # the runs claimed already are returned
+                    if not leases:
+                        raise
+                    log.warning("a claim on %s failed on shard %d: %s", self.url, shard, exc)
         return leases
 
     async def _claim_on(

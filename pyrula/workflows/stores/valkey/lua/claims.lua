@@ -252,20 +252,18 @@ end
 -- lease_ttl, cursor, then the worker's own shards
 -- -> {payload = {{run_id, packed run, ...}, {shard, owed, blocked (6 fields), ...},
 --     shards visited}, {}, {}, followups}
-register('claim_due', function(keys, argv)
-  local now = now_of(argv[1])
-  local ns, wf, worker = argv[2], argv[3], argv[4]
-  local limit, ttl, cursor = tonumber(argv[5]), tonumber(argv[6]), tonumber(argv[7])
-  local own = {}
-  for i = 8, #argv do own[argv[i]] = true end
-  redis.call('DEL', keys[1] .. 'wake')
+-- Claim up to limit runs of wf on its due shards (hint prefix hp), appending followups
+-- to follow. Returns the leases, the shards stopped by flow control ({shard, owed,
+-- blocked (6 fields), ...}), how many shards it visited, and how many runs it owes.
+local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow)
+  redis.call('DEL', hp .. 'wake')
   local mine, others = {}, {}
-  for _, shard in ipairs(redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(now))) do
+  for _, shard in ipairs(redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(now))) do
     if own[shard] then mine[#mine + 1] = tonumber(shard) else others[#others + 1] = tonumber(shard) end
   end
   table.sort(mine)
   table.sort(others)
-  local leases, blocked, follow = {}, {}, {}
+  local leases, blocked = {}, {}
   local claimed, owed, visited = 0, 0, 0
   for _, group in ipairs({rotated(mine, cursor), rotated(others, cursor)}) do
     local open = group
@@ -298,7 +296,36 @@ register('claim_due', function(keys, argv)
       open = still
     end
   end
-  return {{leases, blocked, tostring(visited)}, {}, {}, follow}
+  return leases, blocked, visited, owed
+end
+
+-- Single node only (it touches every shard's keys): for each workflow in the order given,
+-- hint_read and the claims on its due shards, with one TIME for all, until limit runs
+-- are claimed (or owed to flow control). The plan per workflow is the cluster path's
+-- (queue.py): the worker's own shards first, then the others, each group rotated by the
+-- workflow's cursor; every round asks each open shard for an equal share of what is left
+-- (at least CLAIM_SHARE), and a shard that gave all it was asked stays open. A workflow
+-- the limit did not reach is left alone, its wake list too.
+-- KEYS[1] the first workflow's hint prefix; ARGV[2..] namespace, worker_id, limit,
+-- lease_ttl, n, then n (workflow, cursor) pairs, then the worker's own shards
+-- -> {payload = {{{run_id, packed run, ...}, {shard, owed, blocked (6 fields), ...},
+--     shards visited} per workflow reached}, {}, {}, followups}
+register('claim_due', function(keys, argv)
+  local now = now_of(argv[1])
+  local ns, worker = argv[2], argv[3]
+  local limit, ttl, n = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
+  local own = {}
+  for i = 7 + 2 * n, #argv do own[argv[i]] = true end
+  local out, follow, taken = {}, {}, 0
+  for j = 0, n - 1 do
+    if taken >= limit then break end
+    local wf, cursor = argv[7 + 2 * j], tonumber(argv[8 + 2 * j])
+    local leases, blocked, visited, owed = claim_due_wf(
+      hint_prefix(ns, wf), now, ns, wf, worker, limit - taken, ttl, cursor, own, follow)
+    taken = taken + #leases / 2 + owed
+    out[#out + 1] = {leases, blocked, tostring(visited)}
+  end
+  return {out, {}, {}, follow}
 end)
 
 register('fire', function(keys, argv)

@@ -35,7 +35,7 @@ from pyrula.workflows.stores.valkey.keys import Keys
 
 log = logging.getLogger(__name__)
 
-CHECK_EVERY_CALLS = 100
+CHECK_EVERY_CALLS = 1000
 CHECK_EVERY_SECONDS = 5.0
 """The markers are checked again after this many calls or seconds, whichever comes
 first: a flush of a server that keeps running is reported within that bound."""

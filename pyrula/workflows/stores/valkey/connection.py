@@ -11,7 +11,8 @@ A blocking wait whose caller gives up (an idle claimer woken for another reason)
 its connection: it is parked until its reply comes and the connection goes back to the
 pool (:class:`.clients.Parking`; only waits whose reply may be dropped). Data-loss
 detection (markers, checked every so many calls) is the :class:`.dataloss.DataLoss`
-half of :class:`Server`.
+half of :class:`Server`. On a single node speaking RESP2, commands and FCALLs skip
+valkey-py's command layers and its parser (:mod:`.aio`); a cluster keeps them.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from pyrula.workflows.errors import (
     StoreUnavailable,
 )
 from pyrula.workflows.stores.valkey import functions
+from pyrula.workflows.stores.valkey.aio import execute, roundtrip, use_lean_parser
 from pyrula.workflows.stores.valkey.clients import (
     INHERITED,
     Parking,
@@ -59,6 +61,7 @@ from pyrula.workflows.stores.valkey.clients import (
 )
 from pyrula.workflows.stores.valkey.dataloss import DataLoss
 from pyrula.workflows.stores.valkey.keys import Keys
+from pyrula.workflows.stores.valkey.resp import pack_command
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,8 @@ class Server(DataLoss):
         self._clock_arg = clock_arg
         self._lock = threading.Lock()
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._lean: set[int] = set()
+        """ids of the clients whose FCALLs take the lean path (aio.py): single node, RESP2"""
         self._pid = os.getpid()
         self.lib = functions.library()
         self.parking = Parking()
@@ -120,14 +125,19 @@ class Server(DataLoss):
                     disown(inherited[1])
                     INHERITED.append(inherited)
                 self._clients = {}
+                self._lean = set()
                 self._pid = os.getpid()
                 self.parking.forget()
             client = self._clients.get(loop)
             if client is None:
                 for stale in [other for other in self._clients if other.is_closed()]:
-                    abandon(self._clients.pop(stale))
+                    dropped = self._clients.pop(stale)
+                    self._lean.discard(id(dropped))
+                    abandon(dropped)
                 client = self._make()
                 self._clients[loop] = client
+                if not self.cluster and use_lean_parser(client):
+                    self._lean.add(id(client))
             return client
 
     def _make(self) -> Any:
@@ -150,6 +160,7 @@ class Server(DataLoss):
         loop = asyncio.get_running_loop()
         with self._lock:
             clients, self._clients = self._clients, {}
+            self._lean = set()
         await self.parking.cancel_all()
         mine = clients.pop(loop, None)
         for other_loop, other in clients.items():
@@ -225,9 +236,13 @@ class Server(DataLoss):
         return await self._command(self.client(), args, block)
 
     async def _command(self, client: Any, args: Sequence[Any], block: float) -> Any:
+        payload = self._packed(client, [args])
         try:
             async with deadline(self.socket_timeout + block):
-                reply = await client.execute_command(*args)
+                if payload is None:
+                    reply = await client.execute_command(*args)
+                else:
+                    reply = await execute(client, payload, args[0])
         except Exception as exc:
             raise self.translate(exc) from None
         return reply
@@ -255,11 +270,25 @@ class Server(DataLoss):
         with self._lock:
             return self._clients.get(loop) is client and os.getpid() == self._pid
 
+    def _packed(self, client: Any, commands: Sequence[Sequence[Any]]) -> bytes | None:
+        """``commands`` packed for :func:`.aio.roundtrip`, or None if ``client`` does
+        not take that path (a cluster, RESP3) or an argument is one only valkey-py's
+        packer sends (a float)."""
+        if id(client) not in self._lean:
+            return None
+        try:
+            return b"".join(map(pack_command, commands))
+        except TypeError:
+            return None
+
     def _fcall_args(self, name: str, key: str, args: Sequence[Any]) -> tuple[Any, ...]:
         return ("FCALL", self.lib.function(name), 1, key, self._clock_arg(), *args)
 
     async def _send(self, client: Any, name: str, key: str, args: Sequence[Any]) -> Any:
         command = self._fcall_args(name, key, args)
+        payload = self._packed(client, [command])
+        if payload is not None:
+            return await roundtrip(client, payload, 1)
         if self.cluster:
             # Route by our key ourselves: valkey-py would otherwise ask the server
             # (COMMAND GETKEYS) before every FCALL.
@@ -336,6 +365,17 @@ class Server(DataLoss):
                     *(self._send(client, n, k, a) for n, k, a in calls), return_exceptions=True
                 )
             )
+        payload = self._packed(client, [self._fcall_args(n, k, a) for n, k, a in calls])
+        if payload is not None:
+            try:
+                if len(calls) == 1:
+                    try:
+                        return [await roundtrip(client, payload, 1)]
+                    except vex.ResponseError as exc:  # as the pipeline reports it
+                        return [exc]
+                return list(await roundtrip(client, payload, len(calls)))
+            except Exception as exc:
+                raise self.translate(exc) from None
         if len(calls) == 1:  # one call: no pipeline object (it costs more than the call)
             name, key, args = calls[0]
             try:

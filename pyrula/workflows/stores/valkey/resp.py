@@ -34,28 +34,66 @@ parse_error = cast(Callable[[str], Exception], BaseParser.parse_error)
 """valkey-py's mapping of an error reply to its exception class (``NOSCRIPT`` ...)."""
 
 
+class Replies:
+    """Bytes read from a connection, and the replies in them: what the blocking and the
+    asyncio parsers share. :meth:`next` parses the reply at the read position or raises
+    Incomplete (nothing consumed: it is parsed again from its start once :meth:`feed`
+    added what came next)."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.pos = 0
+
+    def clear(self) -> None:
+        self.buf, self.pos = b"", 0
+
+    def pending(self) -> bool:
+        """Whether bytes not yet parsed are buffered."""
+        return self.pos < len(self.buf)
+
+    def feed(self, data: bytes) -> None:
+        rest = self.buf[self.pos :]
+        self.buf, self.pos = (rest + data if rest else data), 0
+
+    def next(self) -> Any:
+        """The next reply (an error reply as an exception instance), or Incomplete."""
+        buf = self.buf
+        try:
+            value, end = parse(buf, self.pos)
+        except Incomplete:
+            raise
+        except (ValueError, IndexError):
+            raise vex.InvalidResponse(f"Protocol error: {buf[self.pos :][:80]!r}") from None
+        if end >= len(buf):
+            self.buf, self.pos = b"", 0
+        else:
+            self.pos = end
+        return value
+
+
 class LeanRESP2Parser(BaseParser):
     """RESP2 over a plain ``bytes`` buffer (see the module docstring)."""
 
     def __init__(self, socket_read_size: int) -> None:
         self.socket_read_size = socket_read_size
         self._sock: socket.socket | None = None
-        self._buf = b""
-        self._pos = 0
+        self._replies = Replies()
         self.encoder: Encoder | None = None
 
     def on_connect(self, connection: Any) -> None:
         self._sock = connection._sock
-        self._buf, self._pos = b"", 0
+        self._replies.clear()
         self.encoder = connection.encoder
 
     def on_disconnect(self) -> None:
         self._sock = None
-        self._buf, self._pos = b"", 0
+        self._replies.clear()
 
     def can_read(self, timeout: float | None) -> bool:
         """Whether a reply (or part of one) is waiting: buffered here or on the socket."""
-        if self._pos < len(self._buf):
+        if self._replies.pending():
             return True
         sock = self._sock
         if sock is None:
@@ -68,27 +106,16 @@ class LeanRESP2Parser(BaseParser):
         return bool(poller.poll(0 if not timeout else int(timeout * 1000)))
 
     def read_response(self, disable_decoding: bool = False, **_: Any) -> Any:
-        if self._pos >= len(self._buf):
+        replies = self._replies
+        if not replies.pending():
             self._fill()  # the usual case: nothing buffered yet
         while True:
             try:
-                value, end = parse(self._buf, self._pos)
+                value = replies.next()
             except Incomplete:
                 self._fill()
                 continue
-            except (ValueError, IndexError):
-                raise vex.InvalidResponse(
-                    f"Protocol error: {self._buf[self._pos :][:80]!r}"
-                ) from None
-            if end >= len(self._buf):
-                self._buf, self._pos = b"", 0
-            else:
-                self._pos = end
-            if isinstance(value, vex.ConnectionError):
-                raise value
-            if not disable_decoding and self.encoder is not None and self.encoder.decode_responses:
-                return _decoded(value, self.encoder)
-            return value
+            return finish(value, self.encoder, disable_decoding)
 
     def _fill(self) -> None:
         sock = self._sock
@@ -100,8 +127,17 @@ class LeanRESP2Parser(BaseParser):
             raise vex.TimeoutError("Timeout reading from socket") from None
         if not data:
             raise vex.ConnectionError(SERVER_CLOSED)
-        rest = self._buf[self._pos :]
-        self._buf, self._pos = (rest + data if rest else data), 0
+        self._replies.feed(data)
+
+
+def finish(value: Any, encoder: Encoder | None, disable_decoding: bool) -> Any:
+    """A parsed reply as a parser returns it: a connection error raised (any other error
+    reply is returned, as valkey-py's parsers do), decoded if the client decodes."""
+    if isinstance(value, vex.ConnectionError):
+        raise value
+    if not disable_decoding and encoder is not None and encoder.decode_responses:
+        return _decoded(value, encoder)
+    return value
 
 
 def parse(buf: bytes, pos: int) -> tuple[Any, int]:

@@ -10,12 +10,14 @@ options are accepted and have no effect.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from pyrula.workflows.errors import InvalidRunState
 from pyrula_compat import _state, codec
 from pyrula_compat.result import AsyncResult
 from pyrula_compat.signals import after_task_publish, before_task_publish
@@ -115,8 +117,13 @@ def submit(
     options: Mapping[str, Any] | None = None,
     task: Task | None = None,
     extra: Mapping[str, Any] | None = None,
+    keyed: bool = True,
 ) -> AsyncResult:
-    """Queue a run of task ``name``; return its AsyncResult (id known now)."""
+    """Queue a run of task ``name``; return its AsyncResult (id known now).
+
+    ``keyed=False``: a given ``task_id`` was generated when a canvas was frozen, not
+    chosen by the caller, so it is not made the idempotency key (``canvas.GENERATED_ID``);
+    submitting it again finds the first run, as a key would."""
     options = dict(options or {})
     chosen = task_id or options.pop("task_id", None)
     task_id = chosen or uuid()
@@ -135,10 +142,15 @@ def submit(
     expires_at = _expiry(options.get("expires"))
     _publish(before_task_publish, name, task_id, params, options)
     client = app.client()
-    client.submit(
-        name, params, run_id=task_id, idempotency_key=chosen or None, delay=delay,
-        start_at=start_at, expires_at=expires_at,
-    )  # fmt: skip
+    key = (chosen or None) if keyed else None
+    try:
+        client.submit(
+            name, params, run_id=task_id, idempotency_key=key, delay=delay,
+            start_at=start_at, expires_at=expires_at,
+        )  # fmt: skip
+    except InvalidRunState:
+        if key is not None or not chosen or not _submitted_before(client, task_id, name, params):
+            raise
     _publish(after_task_publish, name, task_id, params, options)
     result = AsyncResult(task_id, app=app, task_name=name)
     ignore = task.ignore_result if task is not None else None
@@ -148,6 +160,17 @@ def submit(
         ignore = bool(app.conf.task_ignore_result)
     result.ignored = bool(ignore)
     return result
+
+
+def _submitted_before(client: Any, run_id: str, name: str, params: dict[str, Any]) -> bool:
+    """Whether run ``run_id`` is this very submission made before (a replayed chain step
+    submitting its next step again): same task, same params."""
+    record = client.get_run(run_id)
+    return (
+        record is not None
+        and record.workflow == name
+        and json.loads(record.params) == json.loads(json.dumps(params))
+    )
 
 
 def _publish(signal: Any, name: str, task_id: str, params: dict[str, Any], options: Any) -> None:

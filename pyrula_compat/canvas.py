@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from pyrula_compat.app.task import Task
 
 CHAIN, GROUP, CHORD = "chain", "group", "chord"
+GENERATED_ID = "pyrula_generated_id"
+"""The option :meth:`Signature.freeze` sets to the id it generated. A run submitted with
+that id needs no idempotency key, as ``delay()``'s generated id needs none (nobody
+chose it to repeat it): one store call instead of two. A repeat of such a submission (a
+chain step's run replayed after a crash) finds its own run there (``calling.submit``).
+An id the caller set (``task_id=``, ``.set(task_id=...)``) is still the key."""
 
 
 class Signature(dict):  # type: ignore[type-arg]
@@ -174,7 +180,10 @@ class Signature(dict):  # type: ignore[type-arg]
 
     def freeze(self, _id: str | None = None, **kwargs: Any) -> AsyncResult:
         """Fix the task id now (idempotent) and return its result."""
-        task_id = self.options.get("task_id") or _id or uuid()
+        task_id = self.options.get("task_id") or _id
+        if not task_id:
+            task_id = uuid()
+            self.options[GENERATED_ID] = task_id  # see GENERATED_ID
         self.options["task_id"] = task_id
         return AsyncResult(task_id, app=self.app, task_name=self.task)
 

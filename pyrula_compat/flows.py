@@ -32,6 +32,7 @@ from pyrula.workflows import (
 from pyrula.workflows.registry import Registry
 from pyrula_compat import codec, errors, states
 from pyrula_compat.app.task import Context
+from pyrula_compat.canvas import GENERATED_ID
 from pyrula_compat.execution import Attempt, run_attempt
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ log = logging.getLogger("pyrula_compat.worker")
 ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 """Attempt steps never retry by themselves: the task's own retry rules decide."""
 HOSTNAME = f"pyrula@{socket.gethostname()}"
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)  # built once: json.dumps builds one a call
 
 
 # -- the task workflow -------------------------------------------------------------------
@@ -49,7 +51,7 @@ def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[st
     if attempt.kind == "ok":
         value = codec.to_json(attempt.value)
         try:
-            json.dumps(value, allow_nan=False)
+            _STRICT_JSON.encode(value)
         except (TypeError, ValueError) as exc:
             error = TypeError(f"the result of task {name} is not JSON serializable: {exc}")
             return {"kind": "error", "error": errors.to_json(error)}
@@ -290,6 +292,8 @@ def _submit_task(
 
     opts = {**(codec.from_json(data.get("options") or {})), **(options or {})}
     link, link_error = opts.pop("link", None), opts.pop("link_error", None)
+    run_id = task_id or opts.pop("task_id", None)
+    generated = opts.pop(GENERATED_ID, None)
     if data.get("immutable"):
         call_args, call_kwargs = list(data.get("args") or []), dict(data.get("kwargs") or {})
     else:
@@ -297,8 +301,8 @@ def _submit_task(
         call_kwargs = {**dict(data.get("kwargs") or {}), **kwargs}
     calling.submit(
         app, data["task"], codec.from_json(call_args), codec.from_json(call_kwargs),
-        task_id=task_id or opts.pop("task_id", None), link=link, link_error=link_error,
-        options=opts, extra=extra,
+        task_id=run_id, link=link, link_error=link_error, options=opts, extra=extra,
+        keyed=run_id is None or generated != run_id,
     )  # fmt: skip
 
 

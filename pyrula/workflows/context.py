@@ -72,7 +72,18 @@ class WorkflowContext:
         self.run_id: str = execution.run_id
         self.workflow: str = execution.workflow
         self.owner: str = execution.owner
-        self.logger = logging.getLogger(f"pyrula.workflow.{execution.workflow}")
+        self._logger: logging.Logger | None = None
+
+    @property
+    def logger(self) -> logging.Logger:
+        """The logger ``pyrula.workflow.<workflow name>`` (looked up on first use)."""
+        if self._logger is None:
+            self._logger = logging.getLogger(f"pyrula.workflow.{self.workflow}")
+        return self._logger
+
+    @logger.setter
+    def logger(self, value: logging.Logger) -> None:
+        self._logger = value
 
     @property
     def is_replaying(self) -> bool:

@@ -22,6 +22,14 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """Default maximum size of one encoded payload (params, a step result, a run result)."""
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+_CANONICAL = json.JSONEncoder(
+    separators=(",", ":"), allow_nan=False, ensure_ascii=False, sort_keys=True
+)
+"""``json.dumps`` with these options builds an encoder on every call; these are built
+once (an encoder keeps no state between calls, so threads may share them)."""
+
+
 def _check(value: Any, path: str) -> None:
     """Walk ``value`` and raise NotJSONSerializable naming the first bad path."""
     if value is None or isinstance(value, (bool, str)):
@@ -78,9 +86,7 @@ def encode(
     are encoded so, which makes idempotency checks independent of key order).
     """
     try:
-        text = json.dumps(
-            value, separators=(",", ":"), allow_nan=False, ensure_ascii=False, sort_keys=canonical
-        )
+        text = (_CANONICAL if canonical else _COMPACT).encode(value)
     except (TypeError, ValueError):
         _check(value, what)
         raise  # pragma: no cover - _check always raises for what json rejects

@@ -64,6 +64,9 @@ class Context:
         self._retry: Retry | None = None  # a retry asked for with throw=False
 
     def update(self, *args: Any, **kwargs: Any) -> None:
+        if not args and type(self) is Context:  # plain fields, no descriptors: at once
+            self.__dict__.update(kwargs)
+            return
         for source in (*args, kwargs):
             for key, value in dict(source).items():
                 setattr(self, key, value)

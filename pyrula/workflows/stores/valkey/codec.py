@@ -23,6 +23,7 @@ from typing import Any
 
 from pyrula.workflows.records import (
     DEFAULT_OWNER,
+    NO_FLOW,
     FlowControl,
     JournalEntry,
     NewRun,
@@ -48,20 +49,42 @@ def pairs(flat: Sequence[Any] | str | bytes) -> dict[str, str]:
 def unpack_fields(packed: str | bytes) -> dict[str, str]:
     """Read back lua/common.lua's ``pack_flat``/``pack_run``: lengths are in bytes."""
     if isinstance(packed, str) and packed.isascii():  # bytes == characters: slice the str
-        return _unpack(packed, ":", str)
+        return _unpack_ascii(packed)
     data = packed.encode() if isinstance(packed, str) else packed
     return _unpack(data, b":", bytes.decode)
 
 
-def _unpack(data: Any, colon_char: Any, as_text: Any) -> dict[str, str]:
-    items: list[str] = []
+def _unpack_ascii(data: str) -> dict[str, str]:
+    """``_unpack`` for an ASCII str, the usual reply: its slices are the values."""
+    out: dict[str, str] = {}
     pos, end = 0, len(data)
+    find = data.index
     while pos < end:
-        colon = data.index(colon_char, pos)
-        stop = colon + 1 + int(data[pos:colon])
-        items.append(as_text(data[colon + 1 : stop]))
+        colon = find(":", pos)
+        pos = colon + 1 + int(data[pos:colon])
+        second = find(":", pos)
+        stop = second + 1 + int(data[pos:second])
+        out[data[colon + 1 : pos]] = data[second + 1 : stop]
         pos = stop
-    return dict(zip(items[::2], items[1::2], strict=True))
+    if pos != end:
+        raise ValueError(f"malformed packed fields: {data[:80]!r}")
+    return out
+
+
+def _unpack(data: Any, colon_char: Any, as_text: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    pos, end = 0, len(data)
+    find = data.index
+    while pos < end:
+        colon = find(colon_char, pos)
+        pos = colon + 1 + int(data[pos:colon])
+        second = find(colon_char, pos)
+        stop = second + 1 + int(data[pos:second])
+        out[as_text(data[colon + 1 : pos])] = as_text(data[second + 1 : stop])
+        pos = stop
+    if pos != end:
+        raise ValueError(f"malformed packed fields: {data[:80]!r}")
+    return out
 
 
 def num(value: float) -> str:
@@ -76,43 +99,52 @@ def _opt_float(fields: dict[str, str], name: str) -> float | None:
 
 def to_run(run_id: str, flat: Sequence[Any] | dict[str, str]) -> RunRecord:
     f = flat if isinstance(flat, dict) else pairs(flat)
-    flow = FlowControl(
-        rate_key=f.get("fk"),
-        rate_per_second=_opt_float(f, "fr"),
-        rate_burst=float(f["fb"]) if "fb" in f else 1.0,
-        owner_concurrency=int(f["fc"]) if "fc" in f else None,
-    )
+    get = f.get
+    if "fk" in f or "fr" in f or "fb" in f or "fc" in f:
+        flow = FlowControl(
+            rate_key=get("fk"),
+            rate_per_second=_opt_float(f, "fr"),
+            rate_burst=float(f["fb"]) if "fb" in f else 1.0,
+            owner_concurrency=int(f["fc"]) if "fc" in f else None,
+        )
+    else:
+        flow = NO_FLOW  # the same value FlowControl() builds, shared (it is frozen)
+    status = f["st"]
+    sa, fa, le, wa, ex, fp = get("sa"), get("fa"), get("le"), get("wa"), get("ex"), get("fp")
     return RunRecord(
         run_id=run_id,
         workflow=f["wf"],
         params=f["p"],
-        status=RunStatus(f["st"]),
-        owner=f.get("ow", DEFAULT_OWNER),
-        idempotency_key=f.get("ik"),
+        status=_STATUS[status] if status in _STATUS else RunStatus(status),
+        owner=get("ow", DEFAULT_OWNER),
+        idempotency_key=get("ik"),
         created_at=float(f["ca"]),
         available_at=float(f["aa"]),
         updated_at=float(f["ua"]),
-        started_at=_opt_float(f, "sa"),
-        finished_at=_opt_float(f, "fa"),
-        result=f.get("rs"),
-        error=f.get("er"),
-        worker_id=f.get("wk"),
-        lease_token=int(f.get("tk", "0")),
+        started_at=None if sa is None else float(sa),
+        finished_at=None if fa is None else float(fa),
+        result=get("rs"),
+        error=get("er"),
+        worker_id=get("wk"),
+        lease_token=int(get("tk", "0")),
         # A run keeps its last lease expiry after the lease: it only counts while running.
-        lease_expires_at=_opt_float(f, "le") if f["st"] == "running" else None,
-        cancel_requested=f.get("cr") == "1",
-        recoveries=int(f.get("rc", "0")),
-        claims=int(f.get("cl", "0")),
-        parent_run_id=f.get("pa"),
-        wake_at=_opt_float(f, "wa"),
-        wait_signal=f.get("ws"),
-        wait_child=f.get("wc"),
+        lease_expires_at=None if le is None or status != "running" else float(le),
+        cancel_requested=get("cr") == "1",
+        recoveries=int(get("rc", "0")),
+        claims=int(get("cl", "0")),
+        parent_run_id=get("pa"),
+        wake_at=None if wa is None else float(wa),
+        wait_signal=get("ws"),
+        wait_child=get("wc"),
         flow=flow,
-        progress_state=f.get("ps"),
-        progress_info=f.get("pi"),
-        expires_at=_opt_float(f, "ex"),
-        failed_position=int(f["fp"]) if "fp" in f else None,
+        expires_at=None if ex is None else float(ex),
+        progress_state=get("ps"),
+        progress_info=get("pi"),
+        failed_position=None if fp is None else int(fp),
     )
+
+
+_STATUS = {status.value: status for status in RunStatus}
 
 
 def new_run_args(new: NewRun) -> list[str]:

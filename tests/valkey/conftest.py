@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -55,3 +55,15 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]
     finally:
         for store in reversed(built):
             await store.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[ValkeyProcess]:
+    """A single node of the test's own, for what is server-wide or disruptive (pausing it,
+    pruning libraries, ACL users, the tombstone); stopped by its PID afterwards."""
+    server = ValkeyProcess()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cleanup()

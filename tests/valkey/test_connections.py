@@ -24,17 +24,6 @@ ROUNDS = 20
 
 
 @pytest.fixture
-def own_server() -> Iterator[ValkeyProcess]:
-    """A server of this test's own: it gets paused."""
-    server = ValkeyProcess()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
-
-
-@pytest.fixture
 def received(request: pytest.FixtureRequest, topology: str) -> Iterator[Callable[[], int]]:
     """``received()``: connections the server (every node of the cluster) accepted so
     far, read on connections opened once, beforehand."""

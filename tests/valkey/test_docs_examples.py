@@ -112,28 +112,17 @@ def _acl_rules(user: str) -> list[str]:
     return found.group(1).split()
 
 
-@pytest.fixture
-def acl_server() -> Iterator[ValkeyProcess]:
-    """A server of this test's own: ACL users and the tombstone are server-wide."""
-    server = ValkeyProcess()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
-
-
 def _with_password(rules: list[str]) -> list[str]:
     return ["reset", *[">pw" if rule.startswith(">") else rule for rule in rules]]
 
 
-async def test_the_documented_acls_work_as_the_page_says(acl_server: ValkeyProcess) -> None:
-    admin = acl_server.client()
+async def test_the_documented_acls_work_as_the_page_says(own_server: ValkeyProcess) -> None:
+    admin = own_server.client()
     try:
         for user in ("pyrula-staging", "pyrula-deploy"):
             admin.execute_command("ACL", "SETUSER", user, *_with_password(_acl_rules(user)))
         staging = ValkeyStore(
-            f"redis://pyrula-staging:pw@127.0.0.1:{acl_server.port}",
+            f"redis://pyrula-staging:pw@127.0.0.1:{own_server.port}",
             namespace="staging",
             shard_count=4,
         )
@@ -160,13 +149,13 @@ async def test_the_documented_acls_work_as_the_page_says(acl_server: ValkeyProce
         # The deploy user prunes an older build and records it in the tombstone.
         old = build_library("-- an older build\n")
         admin.execute_command("FUNCTION", "LOAD", old.source)
-        deploy_url = f"redis://pyrula-deploy:pw@127.0.0.1:{acl_server.port}"
+        deploy_url = f"redis://pyrula-deploy:pw@127.0.0.1:{own_server.port}"
         assert upgrade_scripts(deploy_url, prune_stale=True) == [old.name]
         assert admin.sismember(TOMBSTONE, old.name)
         # The worker's credentials cannot prune, and the error says what they lack.
         with pytest.raises(ConfigurationError, match="may not read or write the tombstone"):
             upgrade_scripts(
-                f"redis://pyrula-staging:pw@127.0.0.1:{acl_server.port}", prune_stale=True
+                f"redis://pyrula-staging:pw@127.0.0.1:{own_server.port}", prune_stale=True
             )
     finally:
         admin.close()

@@ -3,8 +3,6 @@ tombstone, and loading it again on a node that lost it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import valkey
 
@@ -19,17 +17,6 @@ from tests.valkey.servers import ValkeyClusterProcesses, ValkeyProcess, fresh_na
 from .conftest import MakeStore
 
 OLD_BUILD = build_library("-- an older pyrula build\n")
-
-
-@pytest.fixture
-def own_server() -> Iterator[ValkeyProcess]:
-    """A server of this test's own: pruning and the tombstone are server-wide."""
-    server = ValkeyProcess()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
 
 
 def libraries(client: valkey.Valkey) -> set[str]:

@@ -3,7 +3,11 @@
 Each entry becomes a pyrula schedule whose fixed id is the entry's key, firing its task
 with the entry's ``args`` and ``kwargs``. ``pyrula worker -A proj`` syncs them when it
 starts: a new or changed entry is written, an unchanged one left alone (so restarting
-workers does not shift an interval's phase). Every worker fires schedules and the store
+workers does not shift an interval's phase), and a schedule an entry of this app made
+whose entry is gone is deleted. The runs carry Celery beat's ``periodic_task_name``
+header, and the app's name beside it, which is how a sync knows which stored schedules
+are its own (a schedule made with ``pyrula schedules`` or by another app is never
+touched). Every worker fires schedules and the store
 lets each slot fire once, so there is no separate beat process and no double firing.
 An entry's ``options`` apply where they mean something: ``expires`` (seconds or a
 datetime) drops a fired run that has not started in time; routing options are ignored.
@@ -11,6 +15,7 @@ datetime) drops a fired run that has not started in time; routing options are ig
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -26,10 +31,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("pyrula_compat.beat")
 
 
-def _params(entry: dict[str, Any]) -> dict[str, Any]:
+BEAT_APP_HEADER = "pyrula_beat_app"
+"""The header naming the app whose ``beat_schedule`` made a schedule's runs."""
+
+
+def _params(app: Celery, key: str, entry: dict[str, Any]) -> dict[str, Any]:
     params: dict[str, Any] = {
         "args": codec.to_json(list(entry.get("args") or ())),
         "kwargs": codec.to_json(dict(entry.get("kwargs") or {})),
+        "headers": {"periodic_task_name": key, BEAT_APP_HEADER: app.main or ""},
     }
     expires = (entry.get("options") or {}).get("expires")
     if isinstance(expires, timedelta):
@@ -51,7 +61,7 @@ def schedules_of(app: Celery) -> list[Schedule]:
         if not isinstance(task, str) or not task:
             raise ImproperlyConfigured(f"beat_schedule[{key!r}] names no task")
         when = maybe_schedule(entry.get("schedule"))
-        params = {k: v for k, v in _params(entry).items() if v is not None}
+        params = {k: v for k, v in _params(app, str(key), entry).items() if v is not None}
         if isinstance(when, solar):
             raise ImproperlyConfigured(
                 f"beat_schedule[{key!r}]: solar schedules are not supported by pyrula; "
@@ -87,7 +97,9 @@ async def sync_schedules(app: Celery, store: Store) -> list[str]:
             app.conf.beat_scheduler,
         )
     written: list[str] = []
+    wanted_ids: set[str] = set()
     for wanted in schedules_of(app):
+        wanted_ids.add(wanted.schedule_id)
         existing = await store.get_schedule(wanted.schedule_id)
         if existing is not None and _same(existing, wanted):
             continue
@@ -96,4 +108,24 @@ async def sync_schedules(app: Celery, store: Store) -> list[str]:
         written.append(wanted.schedule_id)
     if written:
         log.info("beat schedule synced: %s", ", ".join(written))
+    removed = []
+    for record in await store.list_schedules():
+        gone = record.schedule_id not in wanted_ids and _made_by(app, record.params)
+        if gone and await store.delete_schedule(record.schedule_id):
+            removed.append(record.schedule_id)
+    if removed:
+        log.info("beat entries gone from beat_schedule, schedules deleted: %s", ", ".join(removed))
     return written
+
+
+def _made_by(app: Celery, params: str) -> bool:
+    """Whether a stored schedule's params are those of an entry of ``app``'s beat_schedule."""
+    try:
+        headers = json.loads(params).get("headers")
+    except (ValueError, AttributeError):
+        return False
+    return (
+        isinstance(headers, dict)
+        and "periodic_task_name" in headers
+        and headers.get(BEAT_APP_HEADER) == (app.main or "")
+    )

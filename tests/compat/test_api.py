@@ -431,7 +431,12 @@ def test_beat_entries_become_schedules_with_fixed_ids() -> None:
     assert found["every-2s"].every == 2.0 and found["every-2s"].params["args"] == [1]
     digest: Schedule = found["digest"]
     assert digest.cron == "0 7 * * *" and digest.timezone == "America/New_York"
-    assert digest.params == {"args": [], "kwargs": {"kind": "daily"}, "expires_in": 60.0}
+    assert digest.params == {
+        "args": [],
+        "kwargs": {"kind": "daily"},
+        "expires_in": 60.0,
+        "headers": {"periodic_task_name": "digest", "pyrula_beat_app": "beaty"},
+    }
 
 
 # -- the celery import alias -------------------------------------------------------------

@@ -80,13 +80,15 @@ def _attempt_step(
 ) -> dict[str, Any]:
     task = app.tasks[name]
     chain = meta.get("chain")
+    headers = codec.from_json(meta.get("headers")) or {}
     request = Context(
         id=step_ctx.run_id, args=codec.from_json(args), kwargs=codec.from_json(kwargs),
         retries=retries, is_eager=False, called_directly=False, hostname=HOSTNAME,
         root_id=meta.get("root_id") or step_ctx.run_id, parent_id=meta.get("parent_id"),
         group=meta.get("group_id"), group_index=meta.get("group_index"),
         chain=list(reversed(chain)) if chain else None, callbacks=meta.get("link"),
-        errbacks=meta.get("link_error"), headers=codec.from_json(meta.get("headers")) or {},
+        errbacks=meta.get("link_error"), headers=headers,
+        periodic_task_name=headers.get("periodic_task_name"),
         delivery_info={"exchange": "", "routing_key": "celery", "priority": None,
                        "redelivered": step_ctx.attempt > 1},
         task=name, correlation_id=step_ctx.run_id, reply_to=None, origin=HOSTNAME,

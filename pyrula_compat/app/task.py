@@ -57,6 +57,7 @@ class Context:
     shadow: str | None = None
     stamps: Any = None
     replaced_task_nesting: int = 0
+    periodic_task_name: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.update(*args, **kwargs)

@@ -133,9 +133,9 @@ def record(value, path):
     return value
 
 
-@app.task
-def beat_tick(path):
-    _append(path, f"{time.time():.3f}")
+@app.task(bind=True)
+def beat_tick(self, path):
+    _append(path, f"{time.time():.3f} {self.request.periodic_task_name}")
 
 
 @app.task(rate_limit="5/s")

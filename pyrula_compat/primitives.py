@@ -16,7 +16,22 @@ if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
 
 
-class _chain(Signature):
+class _Tasks(Signature):
+    """A signature over a list of signatures (``kwargs["tasks"]``): chain and group."""
+
+    @property
+    def tasks(self) -> list[Signature]:
+        return list(self.kwargs.get("tasks") or [])
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
+        tasks = [Signature.from_dict(t, app) for t in (d.get("kwargs") or {}).get("tasks", [])]
+        make: Any = cls  # a subclass: its __init__ takes the tasks positionally
+        made: Signature = make(*tasks, app=app, **(d.get("options") or {}))
+        return made
+
+
+class _chain(_Tasks):
     """``chain(a.s(), b.s(), c.s())`` or ``a.s() | b.s() | c.s()``."""
 
     def __init__(self, *tasks: Any, **options: Any) -> None:
@@ -33,15 +48,6 @@ class _chain(Signature):
         Signature.__init__(
             self, "celery.chain", (), {"tasks": flat}, options, subtask_type=CHAIN, app=app
         )
-
-    @property
-    def tasks(self) -> list[Signature]:
-        return list(self.kwargs.get("tasks") or [])
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
-        tasks = [Signature.from_dict(t, app) for t in (d.get("kwargs") or {}).get("tasks", [])]
-        return cls(*tasks, app=app, **(d.get("options") or {}))
 
     def __or__(self, other: Any) -> Signature:
         if isinstance(other, _chain):
@@ -117,7 +123,7 @@ def _freeze_steps(steps: list[Signature], last_id: str | None) -> list[Any]:
     return results
 
 
-class group(Signature):
+class group(_Tasks):
     """Run signatures in parallel; ``get()`` gives their results in order."""
 
     def __init__(self, *tasks: Any, **options: Any) -> None:
@@ -128,15 +134,6 @@ class group(Signature):
         Signature.__init__(
             self, "celery.group", (), {"tasks": members}, options, subtask_type=GROUP, app=app
         )
-
-    @property
-    def tasks(self) -> list[Signature]:
-        return list(self.kwargs.get("tasks") or [])
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
-        tasks = [Signature.from_dict(t, app) for t in (d.get("kwargs") or {}).get("tasks", [])]
-        return cls(*tasks, app=app, **(d.get("options") or {}))
 
     def __or__(self, other: Any) -> Signature:
         if isinstance(other, Signature) and not isinstance(other, _chain):

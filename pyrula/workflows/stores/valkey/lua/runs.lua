@@ -80,11 +80,17 @@ local function tree(c, id, out)
   end
 end
 
+-- The run (which must not have ended) and its descendants, as tree() returns them.
+local function live_tree(c, id)
+  local out = {runs = {require_live(c, id)}, away = {}}
+  tree(c, id, out)
+  return out
+end
+
 register('cancel', function(keys, argv)
   local c = ctx(keys, argv)
   local id = argv[4]
-  local out = {runs = {require_live(c, id)}, away = {}}
-  tree(c, id, out)
+  local out = live_tree(c, id)
   for _, t in ipairs(out.runs) do
     t = load_run(c, t.id)
     if t.st == 'running' then
@@ -100,8 +106,7 @@ end)
 register('terminate', function(keys, argv)
   local c = ctx(keys, argv)
   local id = argv[4]
-  local out = {runs = {require_live(c, id)}, away = {}}
-  tree(c, id, out)
+  local out = live_tree(c, id)
   for _, t in ipairs(out.runs) do
     t = load_run(c, t.id)
     if not TERMINAL[t.st] then

@@ -17,10 +17,12 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
       P z:<run>            list   rotated by wait_run waiters; pushed when the run ends
       P i:<key>            hash   an idempotency key: the run it names (+ the NewRun)
       P q:<wf>:<owner>     zset   an owner's queued runs: "%012d:run" by available_at
-      P o:<wf>             zset   owners with queued runs, by DRR turn (stores/flow.py)
+      P o:<wf>             zset   owners with queued runs, by DRR turn (stores/flow.py);
+                                  empty while the default owner is alone (solo, common.lua)
       P s:<wf>             hash   owner -> claim counter at its last claim
       P c:<wf>             string the workflow's claim counter on this shard
-      P d:<wf>             zset   queued runs by available_at (the shard's next due)
+      P d:<wf>             zset   named owners' queued runs by available_at (with the
+                                  default owner's queue: the shard's next due)
       P t:<wf>             zset   sleeping/waiting runs by wake_at;  P tt  the same, all wfs
       P l                  zset   running runs by lease expiry
       P a                  zset   every run, "%012d:run" by created_at (listing)

@@ -72,7 +72,7 @@ local function next_owner(c, wf, okey, skip, held, first)
       if head == nil then
         skip[o] = true
       else
-        local turn = tonumber(redis.call('HGET', c.P .. K.run .. head, 'sp'))
+        local turn = tonumber(redis.call('HGET', c.P .. K.run .. head, 'sp') or '0')
         local served = redis.call('HGET', c.P .. K.served .. kpart(wf), o)
         if served then turn = math.max(turn, tonumber(served)) end
         if best == nil or turn < best_turn or (turn == best_turn and bytes_lt(o, best)) then
@@ -115,8 +115,10 @@ end
 -- One owner alone on the shard: FIFO from its queue, up to limit runs in one pass. The
 -- DRR counter goes up once for the whole batch, not once per run: with no other owner
 -- queued, no turn lies between the two, so every later comparison comes out the same.
--- All runs of the batch share that counter value as their token.
-local function claim_alone(c, wf, owner, worker, limit, ttl, admitted)
+-- All runs of the batch share that counter value as their token. lone: the owner is the
+-- solo default owner (see solo() in common.lua), outside the owners zset: no turn or
+-- served stamp to keep.
+local function claim_alone(c, wf, owner, worker, limit, ttl, admitted, lone)
   local w = kpart(wf)
   local q = qkey(c, wf, owner)
   local leases, blocked, lz = {}, {}, {}
@@ -142,23 +144,23 @@ local function claim_alone(c, wf, owner, worker, limit, ttl, admitted)
     end
     if #ids > 0 then
       call_many('ZREM', q, members)
-      call_many('ZREM', c.P .. K.due .. w, ids)
+      if owner ~= '' then call_many('ZREM', c.P .. K.due .. w, ids) end  -- see first_due
       c.touched[wf] = true
       c.removed[wf] = true
       claimed = claimed + #ids
     end
     if got[i] ~= nil then
       c.keep[wf] = tonumber(got[i + 1]) <= c.now or nil
-      if token then redis.call('ZADD', c.P .. K.owners .. w, token, owner) end
+      if token and not lone then redis.call('ZADD', c.P .. K.owners .. w, token, owner) end
       break
     elseif #got < 2 * (want + 1) then
-      redis.call('ZREM', c.P .. K.owners .. w, owner)  -- its queue is empty
+      if not lone then redis.call('ZREM', c.P .. K.owners .. w, owner) end  -- queue empty
       c.keep[wf] = nil
       break
     end
     -- Every fetched run was claimed or had expired, and more may be queued: go on.
   end
-  if token then redis.call('HSET', c.P .. K.served .. w, owner, token) end
+  if token and not lone then redis.call('HSET', c.P .. K.served .. w, owner, token) end
   call_many('ZADD', c.P .. K.leases, lz)
   return leases, blocked
 end
@@ -169,10 +171,23 @@ end
 local function claim_shard(c, wf, worker, limit, ttl, admitted, skip, held)
   local w = kpart(wf)
   local okey = c.P .. K.owners .. w
-  local first = nil
-  if next(skip) == nil and next(held) == nil then
-    first = redis.call('ZRANGE', okey, 0, 31, 'WITHSCORES')
-    if #first == 2 then return claim_alone(c, wf, first[1], worker, limit, ttl, admitted) end
+  local first = redis.call('ZRANGE', okey, 0, 31, 'WITHSCORES')
+  local plain = next(skip) == nil and next(held) == nil
+  if #first == 0 then
+    -- Only the default owner can have runs here, solo (see solo() in common.lua).
+    if plain then return claim_alone(c, wf, '', worker, limit, ttl, admitted, true) end
+    if skip[''] or redis.call('EXISTS', qkey(c, wf, '')) == 0 then return {}, {} end
+    -- Flow control held some of its runs: the DRR path below handles that; it joins.
+    redis.call('ZADD', okey, redis.call('GET', c.P .. K.counter .. w) or '0', '')
+    first = nil
+  elseif plain and #first == 2 then
+    if first[1] == '' then
+      redis.call('ZREM', okey, '')  -- alone again: solo from now on
+      return claim_alone(c, wf, '', worker, limit, ttl, admitted, true)
+    end
+    return claim_alone(c, wf, first[1], worker, limit, ttl, admitted, false)
+  elseif not plain then
+    first = nil  -- next_owner reads the owners zset itself, skipping skip and held
   end
   local leases, blocked, lz = {}, {}, {}
   local claimed = 0
@@ -195,7 +210,7 @@ local function claim_shard(c, wf, worker, limit, ttl, admitted, skip, held)
         local counter = redis.call('INCR', c.P .. K.counter .. w)
         redis.call('HSET', c.P .. K.served .. w, owner, counter)
         redis.call('ZREM', qkey(c, wf, owner), member(r))
-        redis.call('ZREM', c.P .. K.due .. w, r.id)
+        if owner ~= '' then redis.call('ZREM', c.P .. K.due .. w, r.id) end
         if more == nil then
           refresh_owner(c, wf, owner)
         elseif more then
@@ -242,29 +257,20 @@ local function rotated(items, by)
   return out
 end
 
--- Single node only (it touches every shard's keys): hint_read and the claims on the due
--- shards in one call, the same plan as the cluster path in Python (queue.py): the
--- worker's own shards first, then the others, each group rotated by the cursor; every
--- round asks each open shard for an equal share of what is left, and a shard that gave
--- all it was asked stays open. A shard stopped by flow control is reported (with what
--- it still owed) for the caller to finish through flow control.
--- KEYS[1] the workflow's hint prefix; ARGV[2..] namespace, workflow, worker_id, limit,
--- lease_ttl, cursor, then the worker's own shards
--- -> {payload = {{run_id, packed run, ...}, {shard, owed, blocked (6 fields), ...},
---     shards visited}, {}, {}, followups}
 -- Claim up to limit runs of wf on its due shards (hint prefix hp), appending followups
 -- to follow. Returns the leases, the shards stopped by flow control ({shard, owed,
 -- blocked (6 fields), ...}), how many shards it visited, and how many runs it owes.
 local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow)
-  redis.call('DEL', hp .. 'wake')
   local mine, others = {}, {}
-  for _, shard in ipairs(redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(now))) do
+  local due = redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(now))
+  for _, shard in ipairs(due) do
     if own[shard] then mine[#mine + 1] = tonumber(shard) else others[#others + 1] = tonumber(shard) end
   end
   table.sort(mine)
   table.sort(others)
   local leases, blocked = {}, {}
   local claimed, owed, visited = 0, 0, 0
+  local left = {}  -- shard -> whether its last visit left a due run
   for _, group in ipairs({rotated(mine, cursor), rotated(others, cursor)}) do
     local open = group
     while #open > 0 and claimed + owed < limit do
@@ -278,6 +284,7 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
           visited = visited + 1
           local c = shard_ctx(shard_prefix(ns, shard), now, ns, tostring(shard))
           local got, stop = claim_shard(c, wf, worker, n, ttl, {}, {}, {})
+          left[shard] = c.keep[wf] or false
           local reply = done(c, '')
           for _, x in ipairs(reply[4]) do follow[#follow + 1] = x end
           for _, x in ipairs(got) do leases[#leases + 1] = x end
@@ -296,6 +303,14 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
       open = still
     end
   end
+  -- The wake-ups pushed so far are spent when this claim came up short or drained every
+  -- due shard. Otherwise due runs are left (a later claim's, or a woken waiter's: not a
+  -- spurious wake-up), and the DEL is saved.
+  local drained = 0
+  for _, more in pairs(left) do
+    if not more then drained = drained + 1 end
+  end
+  if claimed < limit or drained == #due then redis.call('DEL', hp .. 'wake') end
   return leases, blocked, visited, owed
 end
 
@@ -347,21 +362,30 @@ register('next_due', function(keys, argv)
     local after = '(' .. fmt(c.now)
     -- Queued runs not yet due: the first one without an owner cap decides; capped ones
     -- before it are returned so the caller can check their cap.
+    -- The named owners' due index and the default owner's queue (see first_due).
     local future, capped = '', {}
-    local ids = redis.call('ZRANGEBYSCORE', c.P .. K.due .. w, after, '+inf', 'WITHSCORES',
-                           'LIMIT', 0, FUTURE_SCAN)
-    for j = 1, #ids, 2 do
-      local f = redis.call('HMGET', c.P .. K.run .. ids[j], 'ow', 'fc')
-      if f[2] then
-        for _, x in ipairs({ids[j + 1], f[1], f[2]}) do capped[#capped + 1] = x end
-      else
-        future = ids[j + 1]
-        break
+    for k, key in ipairs({c.P .. K.due .. w, qkey(c, wf, '')}) do
+      local ids = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0,
+                             FUTURE_SCAN)
+      for j = 1, #ids, 2 do
+        local id = ids[j]
+        if k == 2 then id = member_id(id) end  -- a queue's member
+        local f = redis.call('HMGET', c.P .. K.run .. id, 'ow', 'fc')
+        if f[2] then
+          for _, x in ipairs({ids[j + 1], f[1], f[2]}) do capped[#capped + 1] = x end
+        else
+          if future == '' or tonumber(ids[j + 1]) < tonumber(future) then
+            future = ids[j + 1]
+          end
+          break
+        end
       end
     end
     -- Due owner heads held by a rate limit become due when their bucket refills.
     local heads = {}
-    for _, owner in ipairs(redis.call('ZRANGE', c.P .. K.owners .. w, 0, -1)) do
+    local owners = redis.call('ZRANGE', c.P .. K.owners .. w, 0, -1)
+    if #owners == 0 then owners = {''} end  -- the solo default owner, if it has runs
+    for _, owner in ipairs(owners) do
       local head = redis.call('ZRANGE', qkey(c, wf, owner), 0, 0, 'WITHSCORES')
       if head[1] ~= nil and tonumber(head[2]) <= c.now then
         local f = redis.call('HMGET', c.P .. K.run .. member_id(head[1]), 'fk', 'fr', 'fb', 'fc')

@@ -126,16 +126,29 @@ local function member(r) return string.format('%012d', tonumber(r.sq)) .. ':' ..
 local function member_id(m) return string.sub(m, 14) end
 local function qkey(c, wf, owner) return c.P .. K.queue .. kpart(wf) .. ':' .. owner end
 
--- An owner's DRR turn (stores/flow.py owner_turn) from its head run's stamp.
+-- The default owner ('') alone on a shard is "solo": while no other owner has queued
+-- runs of wf there, it is left out of the owners zset and its runs carry no DRR stamp,
+-- so its claims and submits skip the DRR bookkeeping. Invariant: the owners zset is
+-- empty, or it holds every owner with queued runs, the default one included. The
+-- default owner joins it when another owner arrives (join_default) with the current
+-- counter as its turn: it banks no credit, as an owner back from idle (its first claim
+-- may come before the newcomer's, by name order, as for any tie).
+local function solo(c, wf)
+  return redis.call('EXISTS', c.P .. K.owners .. kpart(wf)) == 0
+end
+
+-- An owner's DRR turn (stores/flow.py owner_turn) from its head run's stamp (a run
+-- queued while its owner was solo has none: the served stamp decides).
 local function refresh_owner(c, wf, owner)
   local w = kpart(wf)
   local okey = c.P .. K.owners .. w
+  if owner == '' and redis.call('ZSCORE', okey, owner) == false then return end  -- solo
   local head = redis.call('ZRANGE', qkey(c, wf, owner), 0, 0)
   if head[1] == nil then
     redis.call('ZREM', okey, owner)
     return
   end
-  local turn = tonumber(redis.call('HGET', c.P .. K.run .. member_id(head[1]), 'sp'))
+  local turn = tonumber(redis.call('HGET', c.P .. K.run .. member_id(head[1]), 'sp') or '0')
   local served = redis.call('HGET', c.P .. K.served .. w, owner)
   if served then turn = math.max(turn, tonumber(served)) end
   redis.call('ZADD', okey, fmt(turn), owner)
@@ -150,7 +163,7 @@ local function leave(c, r)
   local w = kpart(r.wf)
   if r.st == 'queued' then
     redis.call('ZREM', qkey(c, r.wf, r.ow), member(r))
-    redis.call('ZREM', c.P .. K.due .. w, r.id)
+    if r.ow ~= '' then redis.call('ZREM', c.P .. K.due .. w, r.id) end  -- see first_due
     refresh_owner(c, r.wf, r.ow)
     c.touched[r.wf] = true
     c.removed[r.wf] = true
@@ -167,28 +180,35 @@ local function leave(c, r)
   end
 end
 
--- Make r queued, claimable from avail, stamped with the workflow's claim counter.
+-- Make r queued, claimable from avail, stamped with the workflow's claim counter
+-- (unless its owner is solo: see solo()).
 local function enqueue(c, r, avail, changes)
   leave(c, r)
   changes = changes or {}
   changes.st = 'queued'
   changes.aa = fmt(avail)
   changes.ua = fmt(c.now)
-  changes.sp = redis.call('GET', c.P .. K.counter .. kpart(r.wf)) or '0'
+  local lone = (changes.ow or r.ow) == '' and solo(c, r.wf)  -- a new run: ow in changes
+  if not lone then changes.sp = redis.call('GET', c.P .. K.counter .. kpart(r.wf)) or '0' end
   -- le stays: it only means something while running (codec.to_run), and leaving it
   -- saves an HDEL.
   changes.wa, changes.ws, changes.wc = NIL, NIL, NIL
   set_fields(c, r, changes)
   local q = qkey(c, r.wf, r.ow)
   redis.call('ZADD', q, fmt(avail), member(r))
-  redis.call('ZADD', c.P .. K.due .. kpart(r.wf), fmt(avail), r.id)
+  if r.ow ~= '' then redis.call('ZADD', c.P .. K.due .. kpart(r.wf), fmt(avail), r.id) end
   -- The owner's turn (refresh_owner, without its reads): no last-served value exceeds the
   -- counter, so an owner whose head is now r has turn = r's stamp; an owner already
   -- queued whose head did not change keeps its turn.
   local okey = c.P .. K.owners .. kpart(r.wf)
-  if redis.call('ZADD', okey, 'NX', changes.sp, r.ow) == 0
-      and redis.call('ZRANK', q, member(r)) == 0 then
-    redis.call('ZADD', okey, changes.sp, r.ow)
+  if lone then
+    -- solo: no turn to keep
+  elseif redis.call('ZADD', okey, 'NX', changes.sp, r.ow) == 0 then
+    if redis.call('ZRANK', q, member(r)) == 0 then redis.call('ZADD', okey, changes.sp, r.ow) end
+  elseif r.ow ~= '' and redis.call('ZCARD', okey) == 1
+      and redis.call('EXISTS', qkey(c, r.wf, '')) == 1 then
+    -- The first other owner: the solo default owner joins the rotation (see solo()).
+    redis.call('ZADD', okey, changes.sp, '')
   end
   c.touched[r.wf] = true
   c.wake[r.wf] = true
@@ -264,6 +284,18 @@ local function first_score(key)
   return redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] or ''
 end
 
+-- The shard's first queued run of wf, by available_at ('' none). The due index holds the
+-- runs of named owners; the default owner's queue is its own index (one write less per
+-- submit and per claim of the commonest runs).
+local function first_due(c, wf)
+  local named = first_score(c.P .. K.due .. kpart(wf))
+  local default = first_score(qkey(c, wf, ''))
+  if named == '' or (default ~= '' and tonumber(default) < tonumber(named)) then
+    return default
+  end
+  return named
+end
+
 -- Single node: write a hint in the same atomic call that changed the shard. No version
 -- is needed (versions order the cluster's separate hint writes); the 't' zset is only
 -- rewritten when the workflow's timers changed (timer nil).
@@ -288,7 +320,7 @@ local function due_hint(c, wf)
   elseif c.lower[wf] ~= nil then
     return {lt = c.lower[wf]}
   end
-  return first_score(c.P .. K.due .. kpart(wf))
+  return first_due(c, wf)
 end
 
 local function done_inline(c)
@@ -312,7 +344,7 @@ local function done(c, payload)
     local ver = redis.call('INCR', c.P .. K.version)
     for wf in pairs(c.touched) do
       local w = kpart(wf)
-      local due = first_score(c.P .. K.due .. w)
+      local due = first_due(c, wf)
       local timer = first_score(c.P .. K.timers .. w)
       local wake = c.wake[wf] and '1' or ''
       for _, x in ipairs({wf, ver, due, timer, wake}) do hints[#hints + 1] = x end

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,21 +128,37 @@ def _wait_child(pid: int, timeout: float) -> int:
     pytest.fail(f"forked child {pid} did not finish within {timeout}s")
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_the_client_works_in_a_forked_child(tmp_path: Path) -> None:
-    path = tmp_path / "fork.db"
-    store = SqliteStore(path)
+def _serve_square(path: str, stop: Any) -> None:
+    """A worker process serving ``square`` on ``path`` until ``stop`` is set."""
     worker = WorkflowWorker(
         store=SqliteStore(path),
         workflows=[square],
         options=WorkerOptions(**FAST),  # type: ignore[arg-type]
         registry=REGISTRY,
     )
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
-    thread.start()
-    client = WorkflowClient(store, registry=REGISTRY)
+
+    async def main() -> None:
+        running = asyncio.create_task(worker.run())
+        await asyncio.to_thread(stop.wait, 60)
+        worker.stop()
+        await running
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_the_client_works_in_a_forked_child(tmp_path: Path) -> None:
+    # The worker is another process, as under a forking server. (SQLite's locks belong to
+    # a process: a child forked while a thread of its parent was inside a transaction on
+    # the same file would wait on that lock; see docs/worker.md.)
+    path = tmp_path / "fork.db"
+    spawn = multiprocessing.get_context("spawn")
+    stop = spawn.Event()
+    server = spawn.Process(target=_serve_square, args=(str(path), stop), daemon=True)
+    server.start()
+    client = WorkflowClient(SqliteStore(path), registry=REGISTRY)
     try:
-        assert client.submit("square", {"n": 3}).result(timeout=20) == 9  # used before fork
+        assert client.submit("square", {"n": 3}).result(timeout=30) == 9  # used before fork
         pid = os.fork()
         if pid == 0:  # the child: submit through the inherited client, wait, report
             code = 1
@@ -158,5 +176,8 @@ def test_the_client_works_in_a_forked_child(tmp_path: Path) -> None:
         assert client.submit("square", {"n": 4}).result(timeout=20) == 16  # parent still fine
     finally:
         client.close()
-        worker.stop()
-        thread.join(timeout=15)
+        stop.set()
+        server.join(30)
+        if server.is_alive():
+            server.kill()
+            server.join(10)

@@ -200,6 +200,10 @@ class Signature(dict):  # type: ignore[type-arg]
             return group.from_dict(d, app)
         if kind == CHORD:
             return chord.from_dict(d, app)
+        maker = _BY_TASK.get(d.get("task") or "")
+        if maker is not None and not kind:
+            made: Signature = maker.from_dict(d, app)
+            return made
         return Signature(codec.from_json(dict(d)), app=app)
 
     # -- calling -------------------------------------------------------------------------
@@ -300,3 +304,6 @@ from pyrula_compat.primitives import (  # noqa: E402
     xmap,
     xstarmap,
 )
+
+_BY_TASK: dict[str, Any] = {"celery.chunks": chunks, "celery.map": xmap, "celery.starmap": xstarmap}
+"""Signatures of these built-in tasks come back as their own class from a dict."""

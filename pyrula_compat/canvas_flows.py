@@ -59,7 +59,8 @@ def _reason(error: BaseException) -> str:
 
 
 def make_canvas_workflows(app: Celery, registry: Registry) -> list[WorkflowDefinition]:
-    """``celery.chord`` and ``celery.chain`` (a chain that is a chord header member)."""
+    """``celery.chord``, ``celery.chain`` (a chain that is a chord header member) and
+    ``celery.replaced`` (a canvas member of a ``Task.replace`` replacement)."""
 
     async def chord_flow(
         ctx: WorkflowContext,
@@ -95,7 +96,10 @@ def make_canvas_workflows(app: Celery, registry: Registry) -> list[WorkflowDefin
             value_args = [codec.from_json(result)]
         return result
 
+    from pyrula_compat.replace import make_replace_workflow
+
     return [
         workflow(name="celery.chord", registry=registry)(chord_flow),
         workflow(name="celery.chain", registry=registry)(chain_flow),
+        make_replace_workflow(app, registry),
     ]

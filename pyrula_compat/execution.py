@@ -27,6 +27,7 @@ from pyrula_compat.exceptions import (
     SoftTimeLimitExceeded,
     TimeLimitExceeded,
 )
+from pyrula_compat.replace import Replaced
 from pyrula_compat.signals import (
     task_failure,
     task_postrun,
@@ -40,7 +41,7 @@ log = logging.getLogger("pyrula_compat.worker")
 
 @dataclass
 class Attempt:
-    """How one attempt ended. ``kind`` is ``ok``, ``retry`` or ``error``."""
+    """How one attempt ended. ``kind`` is ``ok``, ``retry``, ``error`` or ``replace``."""
 
     kind: str
     value: Any = None
@@ -172,6 +173,8 @@ def run_attempt(task: Task, request: Context) -> Attempt:
         outcome = _succeeded(task, request, value, args, kwargs)
     except Retry as retry:
         outcome = _retrying(task, request, retry, args, kwargs)
+    except Replaced as replaced:
+        outcome = _replacing(task, request, replaced, args, kwargs)
     except Ignore:
         outcome = Attempt("ok", None, chain_stopped=True)
         task_postrun.send(
@@ -206,6 +209,21 @@ def _succeeded(
         state=states.SUCCESS,
     )  # fmt: skip
     return Attempt("ok", value, chain_stopped=request.chain is None and _had_chain(request))
+
+
+def _replacing(
+    task: Task, request: Context, replaced: Replaced, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Attempt:
+    """``self.replace(sig)``: eagerly, the task returns the replacement's result; on a
+    worker the run goes on with ``sig`` (``kind="replace"``, the signature as value)."""
+    if replaced.eager:
+        return _succeeded(task, request, replaced.value, args, kwargs)
+    task_postrun.send(
+        sender=task, task_id=request.id or "", task=task, args=args, kwargs=kwargs,
+        retval=None, state=states.IGNORED,
+    )  # fmt: skip
+    value = {"sig": replaced.sig, "nesting": replaced.nesting}
+    return Attempt("replace", value, chain_stopped=replaced.chain_stopped)
 
 
 def _had_chain(request: Context) -> bool:

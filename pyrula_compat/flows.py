@@ -10,7 +10,9 @@ next chain step, links, errbacks) are submitted with the ids fixed when the canv
 called, so a replay submits nothing twice: after a success, inside the attempt's own
 step, before its outcome is journaled (``"followed": true``; a replay re-runs the body
 only if the worker died before that journal write, as it would anyway); if that
-submission fails, and after a failure, in one more journaled step.
+submission fails, and after a failure, in one more journaled step. An attempt that
+called ``self.replace(sig)`` journals ``sig``; the run then runs it as child runs and
+ends as it ends (:mod:`pyrula_compat.replace`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pyrula.workflows import (
     workflow,
 )
 from pyrula.workflows.registry import Registry
-from pyrula_compat import codec, errors, states
+from pyrula_compat import codec, errors, replace, states
 from pyrula_compat.app.task import Context
 from pyrula_compat.canvas import GENERATED_ID
 from pyrula_compat.execution import Attempt, run_attempt
@@ -48,6 +50,7 @@ _STRICT_JSON = json.JSONEncoder(allow_nan=False)  # built once: json.dumps build
 
 # -- the task workflow -------------------------------------------------------------------
 def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[str, Any]:
+    out: dict[str, Any]
     if attempt.kind == "ok":
         value = codec.to_json(attempt.value)
         try:
@@ -56,11 +59,19 @@ def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[st
             error = TypeError(f"the result of task {name} is not JSON serializable: {exc}")
             return {"kind": "error", "error": errors.to_json(error)}
         return {"kind": "ok", "value": value, "chain_stopped": attempt.chain_stopped}
+    if attempt.kind == "replace":
+        out = {"kind": "replace", **attempt.value, "chain_stopped": attempt.chain_stopped}
+        try:
+            _STRICT_JSON.encode(out)
+        except (TypeError, ValueError) as exc:
+            error = TypeError(f"the replacement of task {name} is not JSON serializable: {exc}")
+            return {"kind": "error", "error": errors.to_json(error)}
+        return out
     assert attempt.exc is not None
     error_text = errors.to_json(attempt.exc)
     if attempt.kind == "retry":
         step_ctx.set_progress(states.RETRY, {"error": error_text})
-        out: dict[str, Any] = {"kind": "retry", "countdown": attempt.countdown, "eta": attempt.eta}
+        out = {"kind": "retry", "countdown": attempt.countdown, "eta": attempt.eta}
         if attempt.args is not None:
             out["args"] = codec.to_json(list(attempt.args))
         if attempt.kwargs is not None:
@@ -89,6 +100,7 @@ def _attempt_step(
         chain=list(reversed(chain)) if chain else None, callbacks=meta.get("link"),
         errbacks=meta.get("link_error"), headers=headers,
         periodic_task_name=headers.get("periodic_task_name"),
+        replaced_task_nesting=headers.get("replaced_task_nesting", 0),
         delivery_info={"exchange": "", "routing_key": "celery", "priority": None,
                        "redelivered": step_ctx.attempt > 1},
         task=name, correlation_id=step_ctx.run_id, reply_to=None, origin=HOSTNAME,
@@ -161,6 +173,8 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             call_args = outcome.get("args", call_args)
             call_kwargs = outcome.get("kwargs", call_kwargs)
             retries += 1
+        if outcome["kind"] == "replace":  # self.replace(sig): sig's result is ours
+            outcome = await replace.follow(ctx, app, outcome, root_id or ctx.run_id)
         if outcome["kind"] == "ok":
             rest = None if outcome.get("chain_stopped") else chain
             if (link or rest) and not outcome.get("followed"):

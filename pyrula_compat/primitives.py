@@ -1,4 +1,5 @@
-"""The canvas primitives: ``chain``, ``group``, ``chord`` (and ``chunks``/``xmap``).
+"""The canvas primitives: ``chain``, ``group``, ``chord``, ``chunks``, ``xmap``,
+``xstarmap``.
 
 See :mod:`pyrula_compat.canvas` for how each composes on the engine.
 """
@@ -60,9 +61,10 @@ class _chain(_Tasks):
         return self.apply_async(args, kwargs)
 
     def steps(self) -> list[Signature]:
-        """The tasks, with each group followed by another step turned into a chord."""
+        """The tasks, with each group followed by another step turned into a chord (a
+        ``chunks`` is its group)."""
         out: list[Signature] = []
-        pending = self.tasks
+        pending = [t.group() if isinstance(t, chunks) else t for t in self.tasks]
         index = 0
         while index < len(pending):
             sig = pending[index]
@@ -254,22 +256,105 @@ class chord(Signature):
 chain = _chain
 
 
-def chunks(sig: Signature, it: Iterable[Any], n: int, app: Celery | None = None) -> group:
-    """Split ``it`` into groups of ``n`` calls; each chunk is one task run per item here
-    (Celery runs a chunk as one task; the results have the same shape)."""
-    items = list(it)
-    parts = [items[i : i + n] for i in range(0, len(items), n)]
-    return group(*(xstarmap(sig, part, app=app) for part in parts), app=app)
+class chunks(Signature):
+    """``add.chunks(zip(xs, ys), 10)``: the argument tuples in chunks of ``n``, each
+    chunk one ``celery.starmap`` task (:class:`xstarmap`). Calling it runs
+    :meth:`group`: the result is a GroupResult whose ``get()`` is one list per chunk."""
+
+    def __init__(self, task: Any, it: Iterable[Any], n: int, **options: Any) -> None:
+        app = options.pop("app", None)
+        options.pop("task", None)
+        sig = self._signature(task, app)
+        if int(n) < 1:
+            raise ValueError(f"chunks needs a chunk size of at least 1, got {n!r}")
+        Signature.__init__(
+            self, "celery.chunks", (), {"task": sig, "it": [list(x) for x in it], "n": int(n)},
+            options, immutable=True, app=app,
+        )  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
+        kw = d.get("kwargs") or {}
+        return cls(kw["task"], kw["it"], kw["n"], app=app, **(d.get("options") or {}))
+
+    @staticmethod
+    def _signature(task: Any, app: Celery | None) -> Signature:
+        sig = Signature(task, app=app) if isinstance(task, str) else maybe_signature(task, app)
+        if sig is None:
+            raise TypeError("chunks needs a task or a signature")
+        return sig
+
+    def group(self) -> group:
+        """The chunk tasks as a group, in order."""
+        kw = self.kwargs
+        task = self._signature(kw["task"], self._app)
+        items, n = list(kw["it"]), int(kw["n"])
+        parts = [items[i : i + n] for i in range(0, len(items), n)]
+        return group(*(xstarmap(task, part, app=self._app) for part in parts), app=self._app)
+
+    def __call__(self, **options: Any) -> Any:
+        return self.apply_async(**options)
+
+    def freeze(self, _id: str | None = None, **kwargs: Any) -> Any:
+        return self.group().freeze(_id)
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        return self.group().apply_async(args, kwargs, **options)
+
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        return self.group().apply(args, kwargs, **options)
+
+    @classmethod
+    def apply_chunks(cls, task: Any, it: Iterable[Any], n: int, app: Celery | None = None) -> Any:
+        return cls(task, it, n, app=app)()
+
+    def __repr__(self) -> str:
+        kw = self.kwargs
+        return f"chunks({kw['task']!r}, {_truncated(kw['it'])}, {kw['n']})"
 
 
-def xmap(sig: Signature, it: Iterable[Any], app: Celery | None = None) -> Signature:
-    """One ``celery.map`` task calling ``sig``'s task on each item, in one run."""
-    return Signature("celery.map", (), {"task": sig.task, "it": list(it)}, app=app or sig._app)
+class _basemap(Signature):
+    """One task calling ``task`` on each item of ``it``, in one run (immutable, as in
+    Celery: in a chain the previous result is not prepended)."""
+
+    _task_name = ""
+    _star = ""
+
+    def __init__(self, task: Any, it: Iterable[Any], **options: Any) -> None:
+        app = options.pop("app", None)
+        options.pop("task", None)
+        sig = None if isinstance(task, str) else maybe_signature(task, app=app)
+        name = task if sig is None else sig.task  # the built-in task takes the name
+        items = [list(x) for x in it] if self._star else list(it)
+        Signature.__init__(
+            self, self._task_name, (), {"task": name, "it": items}, options, immutable=True,
+            app=app or (sig._app if sig is not None else None),
+        )  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
+        kw = d.get("kwargs") or {}
+        return cls(kw["task"], kw["it"], app=app, **(d.get("options") or {}))
+
+    def __repr__(self) -> str:
+        kw = self.kwargs
+        return f"[{kw['task']}({self._star}x) for x in {_truncated(kw['it'])}]"
 
 
-def xstarmap(sig: Signature, it: Iterable[Any], app: Celery | None = None) -> Signature:
-    """One ``celery.starmap`` task calling ``sig``'s task with each item's arguments."""
-    return Signature(
-        "celery.starmap", (), {"task": sig.task, "it": [list(x) for x in it]},
-        app=app or sig._app,
-    )  # fmt: skip
+class xmap(_basemap):
+    """``add.map(xs)``: one ``celery.map`` task returning ``[add(x) for x in xs]``."""
+
+    _task_name = "celery.map"
+
+
+class xstarmap(_basemap):
+    """``add.starmap(pairs)``: one ``celery.starmap`` task returning
+    ``[add(*x) for x in pairs]``."""
+
+    _task_name = "celery.starmap"
+    _star = "*"
+
+
+def _truncated(value: Any, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -85,6 +85,44 @@ def celery_worker_flags(command: F) -> F:
     )(command)
 
 
+GROUP_APP = "pyrula.celery_app"
+"""``ctx.meta`` key of an ``-A`` given before the subcommand (``pyrula -A proj worker``)."""
+APP_COMMANDS = ("worker",)
+"""The subcommands that take an app."""
+
+
+def remember_group_app(ctx: click.Context, spec: str | None) -> None:
+    """Keep ``pyrula -A APP <command>``'s APP for the command; only commands that take
+    an app accept it."""
+    if spec is None:
+        return
+    command = ctx.invoked_subcommand
+    if command is not None and command not in APP_COMMANDS:
+        raise CliUsageError(
+            f"-A/--app {spec}: `pyrula {command}` takes no app; only "
+            + ", ".join(f"`pyrula {name}`" for name in APP_COMMANDS)
+            + " does"
+        )
+    ctx.meta[GROUP_APP] = spec
+
+
+def app_spec(values: dict[str, Any]) -> str | None:
+    """The app to serve: ``-A`` after the subcommand or before it (as in ``celery -A
+    proj worker``), stored back into ``values``; both with different values is a usage
+    error."""
+    given = values.get("celery_app")
+    ctx = click.get_current_context(silent=True)
+    outer = ctx.meta.get(GROUP_APP) if ctx is not None else None
+    if given and outer and given != outer:
+        raise CliUsageError(
+            f"-A/--app given twice with different values: {outer!r} before the command "
+            f"and {given!r} after it"
+        )
+    spec: str | None = given or outer
+    values["celery_app"] = spec
+    return spec
+
+
 def celery_notes(values: Mapping[str, Any]) -> list[str]:
     """One line per Celery-only flag that was given."""
     notes = []

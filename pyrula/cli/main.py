@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from pyrula.cli import app_loader
 from pyrula.cli.init import init_command
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
@@ -27,8 +28,19 @@ def _version() -> str:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="pyrula")
-def cli() -> None:
+@click.option(
+    "--app",
+    "-A",
+    "celery_app",
+    metavar="APP",
+    default=None,
+    help="A Celery app, as `celery -A proj worker` takes it: `pyrula -A proj worker` is "
+    "`pyrula worker -A proj`.",
+)
+@click.pass_context
+def cli(ctx: click.Context, celery_app: str | None) -> None:
     """pyrula: durable workflows. Run workers, look after runs, manage schedules."""
+    app_loader.remember_group_app(ctx, celery_app)
 
 
 cli.add_command(worker_command)

@@ -216,7 +216,7 @@ def worker_command(
     --shutdown-grace seconds, requeues the rest and exits 0. A second signal exits at
     once (code 1); runs still in flight then wait for their lease to expire.
     """
-    loaded = app_loader.load(values, loglevel) if values.get("celery_app") else None
+    loaded = app_loader.load(values, loglevel) if app_loader.app_spec(values) else None
     if loaded is None:
         if not modules:
             raise CliUsageError("give --workflow MODULE (or -A APP for a Celery app)")

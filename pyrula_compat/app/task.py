@@ -365,10 +365,12 @@ class Task:
         """Celery's task events feed Flower; pyrula has no event stream (no effect)."""
 
     def replace(self, sig: Any) -> Any:
-        raise NotImplementedError(
-            "Task.replace is not supported by pyrula_compat; return sig.delay().id or "
-            "build the follow-up into a chain"
-        )
+        """Replace the rest of this task by ``sig``: its id gives ``sig``'s result, and
+        its chain continues after ``sig``. Raises ``Ignore`` (code after it never runs);
+        in eager mode ``sig`` runs here first. See :mod:`pyrula_compat.replace`."""
+        from pyrula_compat import replace
+
+        return replace.replace(self, sig)
 
     # -- hooks (override in a base class) ----------------------------------------------
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
@@ -392,8 +394,12 @@ class Task:
     ) -> None:
         """Called after the task succeeded or failed for good (not on a retry)."""
 
-    def on_replace(self, sig: Any) -> None:
-        """Celery hook; unused."""
+    def on_replace(self, sig: Any) -> Any:
+        """Called by :meth:`replace` to run ``sig`` in this task's place; an override
+        must return ``super().on_replace(sig)``, as in Celery."""
+        from pyrula_compat import replace
+
+        return replace.on_replace(self, sig)
 
 
 def _raise_with_context(exc: BaseException) -> None:

@@ -175,3 +175,48 @@ def hooked(value, path):
 @app.task
 def echo(value):
     return value
+
+
+@app.task(bind=True)
+def replace_with(self, kind, value, marker=None):
+    """Replaces itself (``self.replace``) by a signature of ``kind``; ``marker`` logs
+    each run of this body, with its pid and nesting."""
+    from pyrula_compat import group
+
+    if marker:
+        _append(marker, f"replace {os.getpid()} {self.request.replaced_task_nesting}")
+    if kind == "task":
+        self.replace(add.s(value, 1))
+    elif kind == "chain":
+        self.replace(add.s(value, 1) | mul.s(10))
+    elif kind == "group":
+        self.replace(group(add.s(value, 1), mul.s(value, 2), add.s(value, 0) | mul.s(3)))
+    elif kind == "fail":
+        self.replace(fail.s(f"replacement of {value} failed"))
+    elif kind == "gate":
+        self.replace(wait_gate_id.s(value, marker))
+    elif kind == "again":
+        self.replace(replace_with.s("task", value, marker))
+    elif kind == "nothing":
+        self.replace(group())
+    elif kind == "chunks":
+        self.replace(add.chunks([(value, 1), (value, 2), (value, 3)], 2) | total.s())
+    elif kind == "linked":
+        self.replace(add.s(value, 1).set(link=record.s(marker)))
+    if marker:
+        _append(marker, "after replace")  # never: replace raises
+    return "not replaced"
+
+
+@app.task(bind=True)
+def wait_gate_id(self, gate, marker):
+    """Logs its run id and pid, waits for ``gate``, returns its run id."""
+    _append(marker, f"start {os.getpid()} {self.request.id}")
+    _wait_for(gate, 60)
+    return self.request.id
+
+
+@app.task
+def total(lists):
+    """The sum of a list of lists (what ``chunks`` gives)."""
+    return sum(sum(part) for part in lists)

@@ -20,7 +20,7 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
       P o:<wf>             zset   owners with queued runs, by DRR turn (stores/flow.py);
                                   empty while the default owner is alone (solo, common.lua)
       P s:<wf>             hash   owner -> claim counter at its last claim
-      P c:<wf>             string the workflow's claim counter on this shard
+      P c:<wf>             string the workflow's claim counter on this shard (DRR's clock)
       P d:<wf>             zset   named owners' queued runs by available_at (with the
                                   default owner's queue: the shard's next due)
       P t:<wf>             zset   sleeping/waiting runs by wake_at;  P tt  the same, all wfs

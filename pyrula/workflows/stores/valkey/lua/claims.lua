@@ -84,13 +84,13 @@ local function next_owner(c, wf, okey, skip, held, first)
   return best, best_head
 end
 
--- r, queued and due, becomes running under a lease of worker's with fencing token token;
--- the caller takes it out of the queue indexes and adds it to the lease index (lz).
--- Tokens are values of the workflow's claim counter on the shard (K.counter), so the
--- tokens of one run, which never leaves its shard and workflow, only go up.
-local function start_lease(c, r, worker, ttl, token, leases, lz)
+-- r, queued and due, becomes running under a lease of worker's; the caller takes it out
+-- of the queue indexes and adds it to the lease index (lz). Its fencing token is one more
+-- than the greater of its claim count and its last token, so a run's tokens only go up
+-- (terminate moves the token on too: fence_token) and a claim costs no counter write.
+local function start_lease(c, r, worker, ttl, leases, lz)
   local expires = fmt(c.now + ttl)
-  set_fields(c, r, {st = 'running', wk = worker, tk = tostring(token), le = expires,
+  set_fields(c, r, {st = 'running', wk = worker, tk = fence_token(r), le = expires,
                     cl = tostring(tonumber(r.cl or '0') + 1), ua = fmt(c.now),
                     sa = r.sa or fmt(c.now), ex = NIL, xe = NIL})
   lz[#lz + 1] = expires
@@ -115,14 +115,13 @@ end
 -- One owner alone on the shard: FIFO from its queue, up to limit runs in one pass. The
 -- DRR counter goes up once for the whole batch, not once per run: with no other owner
 -- queued, no turn lies between the two, so every later comparison comes out the same.
--- All runs of the batch share that counter value as their token. lone: the owner is the
--- solo default owner (see solo() in common.lua), outside the owners zset: no turn or
--- served stamp to keep.
+-- lone: the owner is the solo default owner (see solo() in common.lua), outside the
+-- owners zset: no counter, turn or served stamp to keep.
 local function claim_alone(c, wf, owner, worker, limit, ttl, admitted, lone)
   local w = kpart(wf)
   local q = qkey(c, wf, owner)
   local leases, blocked, lz = {}, {}, {}
-  local claimed, token = 0, nil
+  local claimed, turn = 0, nil
   while true do
     local want = limit - claimed
     local got = redis.call('ZRANGE', q, 0, want, 'WITHSCORES')
@@ -135,8 +134,8 @@ local function claim_alone(c, wf, owner, worker, limit, ttl, admitted, lone)
           blocked = flow_blocked(r)
           break
         end
-        token = token or redis.call('INCR', c.P .. K.counter .. w)
-        start_lease(c, r, worker, ttl, token, leases, lz)
+        if not lone then turn = turn or redis.call('INCR', c.P .. K.counter .. w) end
+        start_lease(c, r, worker, ttl, leases, lz)
         members[#members + 1] = got[i]
         ids[#ids + 1] = r.id
       end
@@ -151,7 +150,7 @@ local function claim_alone(c, wf, owner, worker, limit, ttl, admitted, lone)
     end
     if got[i] ~= nil then
       c.keep[wf] = tonumber(got[i + 1]) <= c.now or nil
-      if token and not lone then redis.call('ZADD', c.P .. K.owners .. w, token, owner) end
+      if turn then redis.call('ZADD', c.P .. K.owners .. w, turn, owner) end
       break
     elseif #got < 2 * (want + 1) then
       if not lone then redis.call('ZREM', c.P .. K.owners .. w, owner) end  -- queue empty
@@ -160,7 +159,7 @@ local function claim_alone(c, wf, owner, worker, limit, ttl, admitted, lone)
     end
     -- Every fetched run was claimed or had expired, and more may be queued: go on.
   end
-  if token and not lone then redis.call('HSET', c.P .. K.served .. w, owner, token) end
+  if turn then redis.call('HSET', c.P .. K.served .. w, owner, turn) end
   call_many('ZADD', c.P .. K.leases, lz)
   return leases, blocked
 end
@@ -222,7 +221,7 @@ local function claim_shard(c, wf, worker, limit, ttl, admitted, skip, held)
         c.touched[wf] = true
         c.removed[wf] = true
         c.keep[wf] = more_due or nil
-        start_lease(c, r, worker, ttl, counter, leases, lz)
+        start_lease(c, r, worker, ttl, leases, lz)
         claimed = claimed + 1
       end
     end
@@ -249,58 +248,56 @@ register('claim', function(keys, argv)
   return done(c, {leases, blocked})
 end)
 
-local function rotated(items, by)
-  local n = #items
-  if n == 0 then return items end
-  local out = {}
-  for j = 1, n do out[j] = items[(by + j - 1) % n + 1] end
-  return out
-end
-
 -- Claim up to limit runs of wf on its due shards (hint prefix hp), appending followups
 -- to follow. Returns the leases, the shards stopped by flow control ({shard, owed,
 -- blocked (6 fields), ...}), how many shards it visited, and how many runs it owes.
+-- The due shards are visited in the hint's order (by when each one's work fell due, then
+-- by name: stable, a shard that drains and fills again goes to the end), rotated by the
+-- cursor, the worker's own shards first. Nothing is copied, converted or sorted: Lua is
+-- slow per element here, and with 64 shards due that cost more than the claim itself.
 local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow)
-  local mine, others = {}, {}
   local due = redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(now))
-  for _, shard in ipairs(due) do
-    if own[shard] then mine[#mine + 1] = tonumber(shard) else others[#others + 1] = tonumber(shard) end
+  local groups = {due}
+  if next(own) ~= nil then
+    local mine, others = {}, {}
+    for i = 1, #due do
+      local shard = due[i]
+      if own[shard] then mine[#mine + 1] = shard else others[#others + 1] = shard end
+    end
+    groups = {mine, others}
   end
-  table.sort(mine)
-  table.sort(others)
   local leases, blocked = {}, {}
   local claimed, owed, visited = 0, 0, 0
   local left = {}  -- shard -> whether its last visit left a due run
-  for _, group in ipairs({rotated(mine, cursor), rotated(others, cursor)}) do
-    local open = group
+  for _, group in ipairs(groups) do
+    local open, first = group, cursor
     while #open > 0 and claimed + owed < limit do
-      local each = math.max(CLAIM_SHARE, math.ceil((limit - claimed - owed) / #open))
+      local count = #open
+      local each = math.max(CLAIM_SHARE, math.ceil((limit - claimed - owed) / count))
       local still = {}
-      for _, shard in ipairs(open) do
+      for j = 0, count - 1 do
         local n = math.min(each, limit - claimed - owed)
-        if n <= 0 then
-          still[#still + 1] = shard  -- not asked this round
-        else
-          visited = visited + 1
-          local c = shard_ctx(shard_prefix(ns, shard), now, ns, tostring(shard))
-          local got, stop = claim_shard(c, wf, worker, n, ttl, {}, {}, {})
-          left[shard] = c.keep[wf] or false
-          local reply = done(c, '')
-          for _, x in ipairs(reply[4]) do follow[#follow + 1] = x end
-          for _, x in ipairs(got) do leases[#leases + 1] = x end
-          local taken = #got / 2
-          claimed = claimed + taken
-          if #stop > 0 then
-            owed = owed + n - taken
-            for _, x in ipairs({tostring(shard), tostring(n - taken), unpack(stop)}) do
-              blocked[#blocked + 1] = x
-            end
-          elseif taken >= n then
-            still[#still + 1] = shard
+        if n <= 0 then break end
+        local shard = open[(first + j) % count + 1]
+        visited = visited + 1
+        local c = shard_ctx(shard_prefix(ns, shard), now, ns, shard)
+        local got, stop = claim_shard(c, wf, worker, n, ttl, {}, {}, {})
+        left[shard] = c.keep[wf] or false
+        local reply = done(c, '')
+        for _, x in ipairs(reply[4]) do follow[#follow + 1] = x end
+        for _, x in ipairs(got) do leases[#leases + 1] = x end
+        local taken = #got / 2
+        claimed = claimed + taken
+        if #stop > 0 then
+          owed = owed + n - taken
+          for _, x in ipairs({shard, tostring(n - taken), unpack(stop)}) do
+            blocked[#blocked + 1] = x
           end
+        elseif taken >= n then
+          still[#still + 1] = shard  -- gave all it was asked: may have more
         end
       end
-      open = still
+      open, first = still, 0
     end
   end
   -- The wake-ups pushed so far are spent when this claim came up short or drained every
@@ -317,8 +314,9 @@ end
 -- Single node only (it touches every shard's keys): for each workflow in the order given,
 -- hint_read and the claims on its due shards, with one TIME for all, until limit runs
 -- are claimed (or owed to flow control). The plan per workflow is the cluster path's
--- (queue.py): the worker's own shards first, then the others, each group rotated by the
--- workflow's cursor; every round asks each open shard for an equal share of what is left
+-- (queue.py), in the hint's order rather than by shard number (claim_due_wf): the
+-- worker's own shards first, then the others, each group rotated by the workflow's
+-- cursor; every round asks each open shard for an equal share of what is left
 -- (at least CLAIM_SHARE), and a shard that gave all it was asked stays open. A workflow
 -- the limit did not reach is left alone, its wake list too.
 -- KEYS[1] the first workflow's hint prefix; ARGV[2..] namespace, worker_id, limit,

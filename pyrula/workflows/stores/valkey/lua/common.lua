@@ -86,6 +86,11 @@ local function require_live(c, id)
   return r
 end
 
+-- A token greater than every one r has had: its next claim's, or terminate's.
+local function fence_token(r)
+  return tostring(math.max(tonumber(r.cl or '0'), tonumber(r.tk or '0')) + 1)
+end
+
 local function fenced(c, id, token)
   local r = require_run(c, id)
   if r.st ~= 'running' or r.tk ~= token then

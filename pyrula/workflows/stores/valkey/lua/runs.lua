@@ -110,10 +110,8 @@ register('terminate', function(keys, argv)
   for _, t in ipairs(out.runs) do
     t = load_run(c, t.id)
     if not TERMINAL[t.st] then
-      -- A new token from the claim counter (see start_lease), so no lease still held
-      -- matches it.
-      local token = redis.call('INCR', c.P .. K.counter .. kpart(t.wf))
-      end_run(c, t, 'terminated', {tk = tostring(token)})
+      -- A new token (see start_lease), so no lease still held matches it.
+      end_run(c, t, 'terminated', {tk = fence_token(t)})
     end
   end
   for _, kid in ipairs(out.away) do follow(c, 'terminate', kid) end

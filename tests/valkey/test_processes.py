@@ -69,7 +69,7 @@ async def test_close_wakes_a_waiter_on_another_loop(make_store: MakeStore, topol
 
     thread = threading.Thread(target=wait_elsewhere)
     thread.start()
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(1.0)  # time for the thread's loop to reach the wait, on a busy box too
     assert thread.is_alive()
     await store.close()
     await asyncio.to_thread(thread.join, 10)

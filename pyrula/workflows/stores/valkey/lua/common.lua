@@ -135,9 +135,10 @@ local function qkey(c, wf, owner) return c.P .. K.queue .. kpart(wf) .. ':' .. o
 -- runs of wf there, it is left out of the owners zset and its runs carry no DRR stamp,
 -- so its claims and submits skip the DRR bookkeeping. Invariant: the owners zset is
 -- empty, or it holds every owner with queued runs, the default one included. The
--- default owner joins it when another owner arrives (join_default) with the current
--- counter as its turn: it banks no credit, as an owner back from idle (its first claim
--- may come before the newcomer's, by name order, as for any tie).
+-- default owner joins it when another owner's run is queued (enqueue) with the current
+-- counter as its turn: it banks no credit, as an owner back from idle (the tie with the
+-- newcomer goes by name: the default owner first). It leaves again when a claim finds it
+-- alone (claim_shard). A stamp left on a run from before is at most one turn early.
 local function solo(c, wf)
   return redis.call('EXISTS', c.P .. K.owners .. kpart(wf)) == 0
 end

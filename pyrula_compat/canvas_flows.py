@@ -5,7 +5,8 @@ A chord is one run of ``celery.chord``: it starts each header member as a child 
 submits the body with the results in header order, in a journaled step. If a member
 fails, the body is recorded as failed with ``ChordError`` instead: no polling task, and
 nothing to hang on. ``celery.chain`` runs a chain that is a header member, one child
-run after another, so the chord receives the chain's last result.
+run after another, so the chord receives the chain's last result; a group or chord
+member is one run of ``celery.replaced`` (the list of its results, or its body's).
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ def _child_params(app: Celery, data: dict[str, Any], args: list[Any]) -> tuple[s
     if data.get("subtask_type") == "chain":
         return "celery.chain", {"tasks": data["kwargs"]["tasks"], "args": args}
     if data.get("subtask_type") in ("group", "chord"):
-        raise NotImplementedError("a chord header member must be a task or a chain")
+        # A nested group gives the list of its results, a nested chord its body's result,
+        # as in Celery: one run of the canvas runner, whose children they are.
+        from pyrula_compat.replace import RUNNER
+
+        return RUNNER, {"sig": data, "args": args, "meta": {"nesting": 0}}
     opts = codec.from_json(data.get("options") or {})
     immutable = bool(data.get("immutable"))
     call_args = list(data.get("args") or []) if immutable else args + list(data.get("args") or [])

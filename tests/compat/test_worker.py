@@ -220,6 +220,17 @@ def test_chord_both_forms_and_group_piped_into_a_task(served: Served) -> None:
     assert in_chain.get(timeout=T) == 23
 
 
+def test_a_chord_header_may_hold_groups_and_chords(served: Served) -> None:
+    t = tasks()
+    nested = group(t.add.s(2, 2), t.add.s(3, 3))
+    inner = chord([t.add.s(1, 1), t.add.s(1, 2)], t.tsum.s())
+    result = chord([t.add.s(1, 1), nested, inner], t.echo.s())()
+    assert result.get(timeout=T) == [2, [4, 6], 5]  # a group's list, a chord's body result
+    broken = chord([t.add.s(1, 1), group(t.fail.s("deep"), t.add.s(1, 1))], t.echo.s())()
+    with pytest.raises(ChordError):
+        broken.get(timeout=T, follow_parents=False)
+
+
 def test_failed_chord_header_fails_the_body_with_chord_error(served: Served) -> None:
     t = tasks()
     result = chord([t.add.s(1, 1), t.fail.s("header broke")], t.tsum.s())()

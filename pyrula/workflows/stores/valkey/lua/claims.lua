@@ -151,10 +151,12 @@ local function claim_alone(c, wf, owner, worker, limit, ttl, admitted, lone)
     if got[i] ~= nil then
       c.keep[wf] = tonumber(got[i + 1]) <= c.now or nil
       if turn then redis.call('ZADD', c.P .. K.owners .. w, turn, owner) end
+      if lone then c.solo_due[wf] = got[i + 1] end
       break
     elseif #got < 2 * (want + 1) then
       if not lone then redis.call('ZREM', c.P .. K.owners .. w, owner) end  -- queue empty
       c.keep[wf] = nil
+      if lone then c.solo_due[wf] = '' end
       break
     end
     -- Every fetched run was claimed or had expired, and more may be queued: go on.

@@ -30,10 +30,12 @@ local function fail(code, msg) error({err = 'PYRULA_' .. code .. ' ' .. msg}) en
 -- A call's context. Per workflow it tracks what changed on the shard, so done() can
 -- rewrite the hints at the least cost: touched (anything), tt (its timers), wake (push
 -- its wake list), removed (a run left its queue), lower (the earliest available_at
--- queued by this call), keep (a claim knows the shard still has due work).
+-- queued by this call), keep (a claim knows the shard still has due work), solo_due (a
+-- claim of the solo default owner saw the shard's next queued run: its available_at, or
+-- '' for none; with no other owner queued there is no other queue to read).
 local function shard_ctx(P, now, ns, shard)
   return {P = P, now = now, ns = ns, shard = shard, touched = {}, tt = {}, wake = {},
-          removed = {}, lower = {}, keep = {}, timers = false, follow = {}}
+          removed = {}, lower = {}, keep = {}, solo_due = {}, timers = false, follow = {}}
 end
 
 local function ctx(keys, argv)
@@ -323,6 +325,11 @@ end
 local function due_hint(c, wf)
   if c.removed[wf] then
     if c.keep[wf] then return nil end
+    local due, low = c.solo_due[wf], c.lower[wf]
+    if due then  -- unless this call queued a run too (a parent an expired run woke)
+      if low ~= nil and (due == '' or low < tonumber(due)) then return fmt(low) end
+      return due
+    end
   elseif c.lower[wf] ~= nil then
     return {lt = c.lower[wf]}
   end

@@ -9,6 +9,7 @@ from pyrula.workflows.errors import (
     InvalidRunState,
     NondeterminismError,
     RunNotFound,
+    StoreError,
 )
 from pyrula.workflows.records import JournalEntry, NewRun, RunRecord, RunStatus
 from pyrula.workflows.stores.rules import idempotency_conflict, idempotency_matches
@@ -161,7 +162,15 @@ class RunOps(ValkeyCore):
                 block = self.block_slice if remaining is None else min(remaining, self.block_slice)
                 done = self._keys.done(run_id)
                 # Every waiter rotates the list in place, so one push wakes them all.
-                await self._block(closed, "BLMOVE", done, done, "RIGHT", "LEFT", _secs(block))
+                try:
+                    await self._block(closed, "BLMOVE", done, done, "RIGHT", "LEFT", _secs(block))
+                except StoreError:
+                    if not self._notifier.closed:
+                        raise
+                if self._notifier.closed:
+                    # close() woke us: the record read last, not a read on connections
+                    # that are being closed under it.
+                    return run
         finally:
             self._notifier.unregister("close", closed)
 

@@ -253,10 +253,11 @@ end)
 -- Claim up to limit runs of wf on its due shards (hint prefix hp), appending followups
 -- to follow. Returns the leases, the shards stopped by flow control ({shard, owed,
 -- blocked (6 fields), ...}), how many shards it visited, and how many runs it owes.
--- The due shards are visited in the hint's order (by when each one's work fell due, then
--- by name: stable, a shard that drains and fills again goes to the end), rotated by the
--- cursor, the worker's own shards first. Nothing is copied, converted or sorted: Lua is
--- slow per element here, and with 64 shards due that cost more than the claim itself.
+-- The due shards are visited in a fixed order (their names sorted as strings: not the
+-- hint's, which changes as a shard's hint is rewritten, and would skip shards), rotated
+-- by the cursor, the worker's own shards first. Nothing is converted or copied: Lua is
+-- slow per element here, and with 64 shards due converting and copying them cost more
+-- than the claim itself.
 local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow)
   local due = redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(now))
   local groups = {due}
@@ -268,6 +269,7 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
     end
     groups = {mine, others}
   end
+  for _, group in ipairs(groups) do table.sort(group) end
   local leases, blocked = {}, {}
   local claimed, owed, visited = 0, 0, 0
   local left = {}  -- shard -> whether its last visit left a due run
@@ -316,7 +318,7 @@ end
 -- Single node only (it touches every shard's keys): for each workflow in the order given,
 -- hint_read and the claims on its due shards, with one TIME for all, until limit runs
 -- are claimed (or owed to flow control). The plan per workflow is the cluster path's
--- (queue.py), in the hint's order rather than by shard number (claim_due_wf): the
+-- (queue.py), with shard names sorted as strings rather than numbers (claim_due_wf): the
 -- worker's own shards first, then the others, each group rotated by the workflow's
 -- cursor; every round asks each open shard for an equal share of what is left
 -- (at least CLAIM_SHARE), and a shard that gave all it was asked stays open. A workflow

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -153,13 +154,21 @@ def served(
     same store."""
     tmp = tmp_path_factory.mktemp(f"compat-{store_kind}")
     url = broker_url(store_kind, tmp, request)
+    with proj_workers(url, tmp, proj_app) as workers:
+        yield Served(proj_app, workers, workers.start(), tmp, url)
+
+
+@contextmanager
+def proj_workers(url: str, tmp: Path, proj_app: Any) -> Iterator[Workers]:
+    """Worker processes of the sample project on ``url`` (started by the caller), with
+    the test process's app pointed at the same store; every one killed by PID at the
+    end."""
     workers = Workers(tmp, url)
     previous = proj_app.conf.broker_url
     proj_app.conf.broker_url = url
     proj_app.conf.task_always_eager = False
     try:
-        worker = workers.start()
-        yield Served(proj_app, workers, worker, tmp, url)
+        yield workers
     finally:
         workers.kill_all()
         proj_app.conf.broker_url = previous

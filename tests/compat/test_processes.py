@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pyrula_compat import states
-from tests.compat.conftest import Workers, broker_url, lines, wait_until
+from tests.compat.conftest import Workers, broker_url, lines, proj_workers, wait_until
 
 pytestmark = pytest.mark.slow
 T = 30
@@ -22,16 +22,8 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def workers(kind: str, tmp_path, request: pytest.FixtureRequest, proj_app):  # type: ignore[no-untyped-def]
-    url = broker_url(kind, tmp_path, request)
-    group = Workers(tmp_path, url)
-    previous = proj_app.conf.broker_url
-    proj_app.conf.broker_url = url
-    proj_app.conf.task_always_eager = False
-    try:
+    with proj_workers(broker_url(kind, tmp_path, request), tmp_path, proj_app) as group:
         yield group
-    finally:
-        group.kill_all()
-        proj_app.conf.broker_url = previous
 
 
 def test_a_task_whose_worker_is_sigkilled_completes_on_another(workers: Workers) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from pyrula_compat import Celery, Task, chain, chord, group, states
 from pyrula_compat.exceptions import ChordError, ImproperlyConfigured
-from tests.compat.conftest import Served, Workers, broker_url, lines, wait_until
+from tests.compat.conftest import Served, Workers, broker_url, lines, proj_workers, wait_until
 
 T = 30  # generous result timeout (seconds)
 
@@ -201,16 +201,8 @@ def test_group_replacement_with_a_failing_member_is_a_chord_error(served: Served
 # -- a worker killed mid-replacement ---------------------------------------------------------
 @pytest.fixture(params=["sqlite", "valkey"])
 def workers(request: pytest.FixtureRequest, tmp_path: Path, proj_app: Any) -> Any:
-    url = broker_url(request.param, tmp_path, request)
-    group = Workers(tmp_path, url)
-    previous = proj_app.conf.broker_url
-    proj_app.conf.broker_url = url
-    proj_app.conf.task_always_eager = False
-    try:
+    with proj_workers(broker_url(request.param, tmp_path, request), tmp_path, proj_app) as group:
         yield group
-    finally:
-        group.kill_all()
-        proj_app.conf.broker_url = previous
 
 
 def _starts(marker: str) -> list[list[str]]:

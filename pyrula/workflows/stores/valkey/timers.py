@@ -40,7 +40,10 @@ class TimerOps(ValkeyCore):
         await self._ensure_open()
         now = await self.now()
         times: list[float] = []
-        probe: set[int] = set()
+        # shard -> the workflows whose hints name it: each shard is asked about those only
+        # (a worker serving 20 workflows would otherwise have every probed shard look at
+        # all 20, a few commands each, holding the server for milliseconds).
+        probe: dict[int, list[str]] = {}
         for wf in names:
             hint = self._keys.hint(wf)
             for suffix in ("d", "t"):
@@ -48,20 +51,23 @@ class TimerOps(ValkeyCore):
                 for shard, score in scored(flat):
                     if suffix == "t" and score > now:
                         times.append(score)
-                    else:
-                        probe.add(shard)
+                        continue
+                    asked = probe.setdefault(shard, [])
+                    if not asked or asked[-1] != wf:
+                        asked.append(wf)
         if probe:
-            calls = [(s, self._shard_call("next_due", s, *names)) for s in sorted(probe)]
-            times += await self._probe_due(calls, names, now)
+            plan = sorted(probe.items())
+            calls = [(s, self._shard_call("next_due", s, *wfs)) for s, wfs in plan]
+            times += await self._probe_due(calls, [wfs for _, wfs in plan], now)
         return min((t for t in times if t > now), default=None)
 
     async def _probe_due(
-        self, calls: list[tuple[int, Call]], names: list[str], now: float
+        self, calls: list[tuple[int, Call]], asked: list[list[str]], now: float
     ) -> list[float]:
         times: list[float] = []
         capped: list[tuple[float, str, str, int]] = []
         heads: list[tuple[float, str, str, str, float, float, int | None]] = []
-        for reply in await self._shards(calls):
+        for reply, names in zip(await self._shards(calls), asked, strict=False):
             if isinstance(reply, BaseException):
                 raise reply
             for wf, (future, timer, rate_heads, caps) in zip(names, flat_text(reply), strict=False):

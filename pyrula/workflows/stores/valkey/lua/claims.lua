@@ -187,8 +187,6 @@ local function claim_shard(c, wf, worker, limit, ttl, admitted, skip, held)
       return claim_alone(c, wf, '', worker, limit, ttl, admitted, true)
     end
     return claim_alone(c, wf, first[1], worker, limit, ttl, admitted, false)
-  elseif not plain then
-    first = nil  -- next_owner reads the owners zset itself, skipping skip and held
   end
   local leases, blocked, lz = {}, {}, {}
   local claimed = 0

@@ -263,9 +263,25 @@ local function entry_ok(entry)
   return string.sub(entry, at, at)
 end
 
+local function journal_value(c, attempts, token, entry)
+  return attempts .. '|' .. token .. '|' .. fmt(c.now) .. '|' .. entry
+end
+
 local function journal_put(c, id, position, attempts, token, entry)
-  redis.call('HSET', c.P .. K.journal .. id, position,
-             attempts .. '|' .. token .. '|' .. fmt(c.now) .. '|' .. entry)
+  redis.call('HSET', c.P .. K.journal .. id, position, journal_value(c, attempts, token, entry))
+end
+
+-- Journal entry at position unless one is there already. Returns the entry found there
+-- when it differs (a replay went elsewhere: nothing was written), else nil. The common
+-- case (a new position) is one HSETNX; a repeat of the same entry writes nothing.
+local function journal_add(c, id, position, attempts, token, entry)
+  local key = c.P .. K.journal .. id
+  if redis.call('HSETNX', key, position, journal_value(c, attempts, token, entry)) == 1 then
+    return nil
+  end
+  local stored = entry_of(redis.call('HGET', key, position))
+  if stored ~= entry then return stored end
+  return nil
 end
 
 -- Wake one idle claimer of a workflow. The list is bounded, trimmed only once it grows

@@ -53,16 +53,15 @@ end)
 local function taken_by_other(c, id, position, entry)
   local stored = redis.call('HGET', c.P .. K.journal .. id, position)
   if stored and entry_of(stored) ~= entry then return entry_of(stored) end
-  return nil, stored
+  return nil
 end
 
 register('append', function(keys, argv)
   local c = ctx(keys, argv)
   local id, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
   local r = fenced(c, id, token)
-  local other, stored = taken_by_other(c, id, position, entry)
+  local other = journal_add(c, id, position, attempts, token, entry)
   if other then return done(c, {'nondet', other}) end
-  if not stored then journal_put(c, id, position, attempts, token, entry) end
   return done(c, {'ok', r.cr == '1' and '1' or '0'})
 end)
 
@@ -87,17 +86,16 @@ register('start_child', function(keys, argv)
   local c = ctx(keys, argv)
   local parent, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
   fenced(c, parent, token)
-  local other, stored = taken_by_other(c, parent, position, entry)
-  if other then return done(c, {'nondet', other}) end
   local child_id = argv[9]
   local existing = load_run(c, child_id)
   if existing ~= nil and existing.pa ~= parent then
     fail('STATE', 'a run with id ' .. child_id .. ' already exists')
   end
+  local other = journal_add(c, parent, position, attempts, token, entry)
+  if other then return done(c, {'nondet', other}) end
   if existing == nil then
     insert_run(c, argv, 9)
   end
-  if not stored then journal_put(c, parent, position, attempts, token, entry) end
   return done(c, {'ok', dump(c, child_id)})
 end)
 
@@ -113,10 +111,9 @@ register('append_child', function(keys, argv)
   local c = ctx(keys, argv)
   local parent, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
   fenced(c, parent, token)
-  local other, stored = taken_by_other(c, parent, position, entry)
+  local other = journal_add(c, parent, position, attempts, token, entry)
   if other then return done(c, {'nondet', other}) end
   redis.call('SADD', c.P .. K.kids .. parent, argv[9])
-  if not stored then journal_put(c, parent, position, attempts, token, entry) end
   return done(c, {'ok'})
 end)
 
@@ -125,10 +122,8 @@ register('finish', function(keys, argv)
   local id, token, status = argv[4], argv[5], argv[6]
   local r = fenced(c, id, token)
   if argv[12] ~= nil then
-    local position, attempts, entry = argv[12], argv[13], argv[14]
-    local other, stored = taken_by_other(c, id, position, entry)
+    local other = journal_add(c, id, argv[12], argv[13], token, argv[14])
     if other then return done(c, {'nondet', other}) end
-    if not stored then journal_put(c, id, position, attempts, token, entry) end
   end
   local changes = {rs = NIL, er = NIL}
   if argv[7] == '1' then changes.rs = argv[8] end

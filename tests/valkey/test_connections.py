@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
@@ -193,3 +196,51 @@ async def test_close_ends_parked_waits(own_server: ValkeyProcess) -> None:
     finally:
         raw.close()
         await store.close()
+
+
+def connected(raw: object) -> int:
+    return int(raw.info("clients")["connected_clients"])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("other_loop_stops", [False, True])
+def test_close_closes_other_loops_clients(
+    own_server: ValkeyProcess, other_loop_stops: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store used from two loops, closed from one: the other loop's connections close
+    too, on that loop while it runs, or directly when it stops just then; either way no
+    coroutine is left never awaited, no task pending and no connection unclosed."""
+    store = ValkeyStore(own_server.url, namespace=fresh_namespace(), shard_count=4)
+    raw = own_server.client()
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(store.get_run("x"), other).result(10)
+
+        async def close_here() -> None:
+            await store.get_run("y")
+            assert connected(raw) >= 3  # raw, this loop's, the other loop's
+            if other_loop_stops:
+                other.call_soon_threadsafe(other.stop)
+            await store.close()
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            asyncio.run(close_here())
+            if not other_loop_stops:
+                other.call_soon_threadsafe(other.stop)
+            thread.join(10)
+            other.close()
+            gc.collect()
+        assert [str(w.message) for w in caught] == []
+        assert "destroyed but it is pending" not in caplog.text
+        deadline = time.monotonic() + 5
+        while connected(raw) > 1:  # only raw is left
+            assert time.monotonic() < deadline, "close() left connections open"
+            time.sleep(0.05)
+    finally:
+        raw.close()
+        if not other.is_closed():
+            other.call_soon_threadsafe(other.stop)
+            thread.join(10)
+            other.close()

@@ -5,6 +5,7 @@ on their own (:class:`Parking`). Plus URL masking for messages."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Sequence
@@ -53,6 +54,36 @@ async def close_quietly(client: Any) -> None:
         await client.aclose()
 
 
+CLOSE_ON_OTHER_LOOP = 1.0
+"""Seconds ``close_on`` waits for another loop to close its client."""
+
+
+async def close_on(loop: asyncio.AbstractEventLoop, client: Any) -> bool:
+    """Close ``client`` on ``loop``, the running loop of another thread; False when that
+    loop did not get to it within ``CLOSE_ON_OTHER_LOOP`` (it stopped, or is blocked):
+    the caller then closes the sockets itself (``abandon``). The closing coroutine is
+    made on that loop, when it runs the callback, so a loop that stops first leaves no
+    coroutine never awaited behind."""
+    closed: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def finished(_: object) -> None:
+        if not closed.done():
+            closed.set_result(None)
+
+    def start() -> None:
+        loop.create_task(close_quietly(client)).add_done_callback(finished)
+
+    try:
+        loop.call_soon_threadsafe(start)
+    except RuntimeError:  # that loop closed meanwhile
+        return False
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(closed), CLOSE_ON_OTHER_LOOP)
+    except TimeoutError:
+        return False
+    return True
+
+
 def abandon(client: Any) -> None:
     """Close the sockets of a client whose loop is gone (no loop left to close them on)."""
     for connection in _connections(client):
@@ -63,6 +94,9 @@ def abandon(client: Any) -> None:
             with contextlib.suppress(Exception):
                 sock.close()
             transport._sock = None  # type: ignore[union-attr]
+            transport._closing = True  # type: ignore[union-attr]
+        if writer is not None:  # closed: valkey-py's Connection.__del__ would warn
+            connection._writer = connection._reader = None
 
 
 PARK_LIMIT = 16

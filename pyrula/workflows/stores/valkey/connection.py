@@ -18,7 +18,6 @@ valkey-py's command layers and its parser (:mod:`.aio`); a cluster keeps them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
@@ -54,6 +53,7 @@ from pyrula.workflows.stores.valkey.clients import (
     INHERITED,
     Parking,
     abandon,
+    close_on,
     close_quietly,
     disown,
     droppable,
@@ -164,11 +164,8 @@ class Server(DataLoss):
         await self.parking.cancel_all()
         mine = clients.pop(loop, None)
         for other_loop, other in clients.items():
-            if other_loop.is_closed():
+            if other_loop.is_closed() or not await close_on(other_loop, other):
                 abandon(other)
-            else:
-                with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
-                    asyncio.run_coroutine_threadsafe(close_quietly(other), other_loop)
         if mine is not None:
             await close_quietly(mine)
 

@@ -117,22 +117,33 @@ async def _commands(store: Any) -> int:
     return int(info["total_commands_processed"])
 
 
+@pytest.mark.parametrize("workflows", [1, 3])
 async def test_an_idle_worker_wakes_on_new_work(
-    make_store: MakeStore, registry: Registry, start_worker: StartWorker
+    make_store: MakeStore,
+    registry: Registry,
+    start_worker: StartWorker,
+    topology: str,
+    workflows: int,
 ) -> None:
-    store = await make_store("single", shard_count=4)
+    """Every submit wakes the idle worker, whichever of its workflows it is for: on a
+    cluster each workflow has its own wake-up list (another slot), and the waits on the
+    others must not take the next wake-up away from the worker."""
+    store = await make_store(topology, shard_count=4)
+    names = [f"quick{i}" for i in range(workflows)]
+    for name in names:
 
-    @workflow(registry=registry, name="quick")
-    async def quick(ctx: WorkflowContext) -> str:
-        return "ok"
+        @workflow(registry=registry, name=name)
+        async def quick(ctx: WorkflowContext) -> str:
+            return "ok"
 
-    await start_worker(store, [quick], claim_poll_interval=10.0, timer_poll_interval_s=10.0)
+    await start_worker(store, registry.all(), claim_poll_interval=10.0, timer_poll_interval_s=10.0)
     await asyncio.sleep(0.3)
     client = WorkflowClient(store, registry=registry)
-    started = time.monotonic()
-    handle = await client.submit("quick", {})
-    assert await handle.result(timeout=8) == "ok"
-    assert time.monotonic() - started < 5  # woken by the submit, not the 10 s poll
+    for i in range(3 * workflows):
+        started = time.monotonic()
+        handle = await client.submit(names[i % workflows], {})
+        assert await handle.result(timeout=12) == "ok"
+        assert time.monotonic() - started < 5  # woken by the submit, not the 10 s poll
 
 
 @pytest.mark.slow

@@ -55,6 +55,7 @@ class QueueOps(ValkeyCore):
     _cursor: dict[str, int]
     _resynced: dict[str, float]
     _recover_from: int
+    _wake_waits: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future[Any]]
 
     async def _block(self, closed: asyncio.Future[None], *command: Any) -> Any:
         raise NotImplementedError  # RunOps
@@ -75,18 +76,33 @@ class QueueOps(ValkeyCore):
                 keys = [self._keys.wake(wf) for wf in names]
                 await self._block(closed, "BLPOP", *keys, block)
                 return
-            waits = [
-                asyncio.ensure_future(self._block(closed, "BLPOP", self._keys.wake(wf), block))
-                for wf in names
-            ]
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in waits:
-                    task.cancel()
-                await asyncio.gather(*waits, return_exceptions=True)
+            # One BLPOP per workflow (their keys are in different slots). The ones still
+            # blocked when this call returns are kept for the next call, not cancelled:
+            # a cancelled one would run on (parked) and take the next wake-up of its
+            # workflow away from this very worker. One that returned meanwhile makes
+            # the next call return at once.
+            loop = asyncio.get_running_loop()
+            waits = [self._wake_wait(loop, wf, block) for wf in names]
+            await asyncio.wait([*waits, closed], return_when=asyncio.FIRST_COMPLETED)
+            for wf in names:
+                if self._wake_waits[loop, wf].done():
+                    del self._wake_waits[loop, wf]
         finally:
             self._notifier.unregister("close", closed)
+
+    def _wake_wait(
+        self, loop: asyncio.AbstractEventLoop, workflow: str, block: str
+    ) -> asyncio.Future[Any]:
+        """The pending (or returned, not yet seen) wake-up wait of ``workflow``."""
+        task = self._wake_waits.get((loop, workflow))
+        if task is None:
+            command = self._server.command(
+                "BLPOP", self._keys.wake(workflow), block, block=float(block)
+            )
+            task = asyncio.ensure_future(command)
+            task.add_done_callback(_retrieved)
+            self._wake_waits[loop, workflow] = task
+        return task
 
     # -- claims ------------------------------------------------------------------------
     async def claim_runs(
@@ -368,3 +384,10 @@ class QueueOps(ValkeyCore):
                 if text(verdict) == "1":
                     dead.append(run_id)
         return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead))
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A kept wake-up wait ended: its error (the store closed, the server went away) is
+    the next claim's to meet, not an unretrieved exception's."""
+    if not task.cancelled():
+        task.exception()

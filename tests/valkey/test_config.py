@@ -112,11 +112,21 @@ async def test_server_down_at_start_names_the_url() -> None:
     await store.close()
 
 
-async def test_an_evicting_server_is_refused() -> None:
+@pytest.mark.parametrize("user", ["default", "pyrula-staging"])
+async def test_an_evicting_server_is_refused(user: str) -> None:
+    """Also for the worker user docs/valkey.md recommends, which may not run CONFIG GET
+    (``-@dangerous``): the policy is read from ``INFO memory``."""
     server = ValkeyProcess("--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
     server.start()
     try:
-        store = ValkeyStore(server.url, namespace=fresh_namespace())
+        url = server.url
+        if user != "default":
+            rules = "~* +@read +@write +@scripting +@connection -@dangerous +info"
+            admin = server.client()
+            admin.execute_command("ACL", "SETUSER", user, "reset", "on", ">pw", *rules.split())
+            admin.close()
+            url = f"redis://{user}:pw@127.0.0.1:{server.port}"
+        store = ValkeyStore(url, namespace=fresh_namespace())
         with pytest.raises(ConfigurationError, match="allkeys-lru"):
             await store.open()
         await store.close()

@@ -186,18 +186,23 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
         return [node.name for node in client.get_primaries()] if self.cluster else ["server"]
 
     async def _check_eviction(self, client: Any) -> None:
-        """Refuse a server that may evict keys: eviction would silently lose runs."""
+        """Refuse a server that may evict keys: eviction would silently lose runs. The
+        policy is read from ``INFO memory``, which the documented worker ACL grants
+        (``CONFIG GET`` is in ``@dangerous``)."""
         targets = list(client.get_primaries()) if self.cluster else [None]
         for node in targets:
             try:
                 if node is None:
-                    reply = await client.config_get("maxmemory-policy")
+                    reply = await client.info("memory")
                 else:
-                    reply = await client.execute_command(
-                        "CONFIG", "GET", "maxmemory-policy", target_nodes=node
-                    )
-            except vex.ResponseError as exc:  # e.g. an ACL without +config
-                log.debug("cannot read maxmemory-policy on %s: %s", self.url, exc)
+                    reply = await client.info("memory", target_nodes=node)
+            except vex.ResponseError as exc:  # an ACL without +info
+                log.warning(
+                    "cannot read maxmemory-policy on %s (%s): make sure it is noeviction, "
+                    "or evicted keys will silently lose runs",
+                    self.url,
+                    exc,
+                )
                 return
             policy = _policy(reply)
             if policy in EVICTING_POLICIES:
@@ -229,9 +234,10 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
 
 
 def _policy(reply: Any) -> str:
+    """``maxmemory_policy`` from an ``INFO memory`` reply (a cluster node's may come keyed
+    by the node's name)."""
+    if isinstance(reply, dict) and "maxmemory_policy" not in reply and len(reply) == 1:
+        reply = next(iter(reply.values()))
     if isinstance(reply, dict):
-        value = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy", ""))
-        return text(value)
-    if isinstance(reply, (list, tuple)) and len(reply) >= 2:
-        return text(reply[1])
+        return text(reply.get("maxmemory_policy", ""))
     return ""

@@ -73,6 +73,16 @@ class WorkflowWorker:
                 raise ConfigurationError(
                     f"workflows= takes @workflow-decorated functions, got {definition!r}"
                 )
+        ttl = getattr(store, "shard_lease_ttl", None)  # sharded stores only
+        interval = self.options.shard_lease_interval
+        # The default may not fit a store given a short TTL (and its own interval): the
+        # store's interval applies then. A value set here that cannot work is refused.
+        if ttl is not None and interval >= ttl and interval != WorkerOptions.shard_lease_interval:
+            raise ConfigurationError(
+                f"shard_lease_interval ({self.options.shard_lease_interval}s) must be shorter "
+                f"than the store's shard_lease_ttl ({ttl}s), or shard leases lapse between "
+                "renewals"
+            )
         self.worker_id = self.options.worker_id or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )

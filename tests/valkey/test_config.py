@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pyrula.workflows import ConfigurationError, StoreUnavailable, open_store
+from pyrula.workflows import (
+    ConfigurationError,
+    StoreUnavailable,
+    WorkerOptions,
+    WorkflowWorker,
+    open_store,
+)
 from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.stores.valkey.clients import mask_url
 from pyrula.workflows.stores.valkey.keys import TOMBSTONE, Keys
@@ -63,6 +69,19 @@ def test_bad_shard_counts(count: object) -> None:
 def test_lease_interval_must_be_shorter_than_its_ttl(ttl: float, interval: float) -> None:
     with pytest.raises(ConfigurationError, match="shard_lease"):
         ValkeyStore("redis://127.0.0.1:1", shard_lease_ttl=ttl, shard_lease_interval=interval)
+
+
+@pytest.mark.parametrize("interval", [30.0, 45.0])
+def test_a_worker_lease_interval_not_shorter_than_the_ttl_is_refused(interval: float) -> None:
+    store = ValkeyStore("redis://127.0.0.1:1", shard_lease_ttl=30)
+    with pytest.raises(ConfigurationError, match=r"shard_lease_interval .* shorter"):
+        WorkflowWorker(
+            store=store, workflows=[], options=WorkerOptions(shard_lease_interval=interval)
+        )
+    # The default fits the default TTL; with a store given a shorter TTL, its own interval.
+    WorkflowWorker(store=store, workflows=[], options=WorkerOptions())
+    short = ValkeyStore("redis://127.0.0.1:1", shard_lease_ttl=2, shard_lease_interval=0.5)
+    WorkflowWorker(store=short, workflows=[], options=WorkerOptions())
 
 
 def test_defaults() -> None:

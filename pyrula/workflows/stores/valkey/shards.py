@@ -59,11 +59,12 @@ class ShardLeases(ValkeyCore):
     async def shard_lease_loop(self, worker_id: str, interval: float | None = None) -> None:
         """Hold shard leases for ``worker_id`` until cancelled, then release them.
 
-        ``interval`` (the worker's ``shard_lease_interval``) is used when it is shorter
-        than this store's ``shard_lease_ttl``; otherwise the store's own interval is.
+        Renewals come every ``interval`` (the worker's ``shard_lease_interval``) or this
+        store's own ``shard_lease_interval``, whichever is shorter: either may have been
+        lowered (the worker refuses an interval not shorter than ``shard_lease_ttl``).
         """
         every = self.shard_lease_interval
-        if interval is not None and 0 < interval < self.shard_lease_ttl:
+        if interval is not None and 0 < interval < every:
             every = interval
         try:
             while True:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -61,17 +62,19 @@ CLOSE_ON_OTHER_LOOP = 1.0
 async def close_on(loop: asyncio.AbstractEventLoop, client: Any) -> bool:
     """Close ``client`` on ``loop``, the running loop of another thread; False when that
     loop did not get to it within ``CLOSE_ON_OTHER_LOOP`` (it stopped, or is blocked):
-    the caller then closes the sockets itself (``abandon``). The closing coroutine is
-    made on that loop, when it runs the callback, so a loop that stops first leaves no
-    coroutine never awaited behind."""
+    the caller then closes the sockets itself (``abandon``)."""
     closed: concurrent.futures.Future[None] = concurrent.futures.Future()
+    started: list[tuple[asyncio.Task[None], Coroutine[Any, Any, None]]] = []
 
     def finished(_: object) -> None:
         if not closed.done():
             closed.set_result(None)
 
     def start() -> None:
-        loop.create_task(close_quietly(client)).add_done_callback(finished)
+        closing = close_quietly(client)
+        task = loop.create_task(closing)
+        task.add_done_callback(finished)
+        started.append((task, closing))
 
     try:
         loop.call_soon_threadsafe(start)
@@ -80,6 +83,13 @@ async def close_on(loop: asyncio.AbstractEventLoop, client: Any) -> bool:
     try:
         await asyncio.wait_for(asyncio.wrap_future(closed), CLOSE_ON_OTHER_LOOP)
     except TimeoutError:
+        for task, closing in started:
+            if inspect.getcoroutinestate(closing) == inspect.CORO_CREATED:
+                # That loop stopped before the task's first step (it was stopping when
+                # it ran start): nothing will run it, so neither it nor its coroutine
+                # should be reported as abandoned; the caller closes the sockets.
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+                closing.close()
         return False
     return True
 

@@ -77,7 +77,12 @@ class _chain(_Tasks):
         return out
 
     def freeze(self, _id: str | None = None, **kwargs: Any) -> Any:
-        results = _freeze_steps(self.steps(), _id)
+        """Fix the ids of :meth:`steps` and keep the chain in that form (a group then a
+        task as the chord frozen), so a frozen chain sent later (a group member, a link)
+        runs with the ids its result names."""
+        steps = self.steps()
+        results = _freeze_steps(steps, _id)
+        self["kwargs"]["tasks"] = steps
         return results[-1] if results else None
 
     def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
@@ -259,7 +264,11 @@ chain = _chain
 class chunks(Signature):
     """``add.chunks(zip(xs, ys), 10)``: the argument tuples in chunks of ``n``, each
     chunk one ``celery.starmap`` task (:class:`xstarmap`). Calling it runs
-    :meth:`group`: the result is a GroupResult whose ``get()`` is one list per chunk."""
+    :meth:`group`: the result is a GroupResult whose ``get()`` is one list per chunk.
+
+    As a member of a group or chord header, or sent by name, it is one run of the
+    built-in ``celery.chunks`` task (``freeze()`` gives its id, as Celery's signature
+    freeze does), whose result is that list of lists (:func:`replace.run_chunks`)."""
 
     def __init__(self, task: Any, it: Iterable[Any], n: int, **options: Any) -> None:
         app = options.pop("app", None)
@@ -294,9 +303,6 @@ class chunks(Signature):
 
     def __call__(self, **options: Any) -> Any:
         return self.apply_async(**options)
-
-    def freeze(self, _id: str | None = None, **kwargs: Any) -> Any:
-        return self.group().freeze(_id)
 
     def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         return self.group().apply_async(args, kwargs, **options)

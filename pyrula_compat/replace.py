@@ -10,6 +10,9 @@ as its own. Starting a child is journaled with the child in one store call, so a
 that dies anywhere here never starts the replacement twice: the next worker finds the
 child in the journal and waits for it. The task's chain and links continue from its run
 with the replacement's result; a failing replacement fails the task with its error.
+A task of the replacement with an id of its own (Celery runs it under that id) has its
+outcome recorded under that id too once it ends. The built-in ``celery.chunks`` task
+uses the same path: its run gathers its chunk tasks (:func:`run_chunks`).
 
 In eager mode the replacement runs here (``sig.apply().get()``) and its result is the
 task's result.
@@ -17,6 +20,7 @@ task's result.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,7 @@ from pyrula.workflows import (
     WorkflowDefinition,
     workflow,
 )
+from pyrula.workflows.errors import IdempotencyConflict, InvalidRunState
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.serialization import ErrorInfo
 from pyrula_compat import codec, errors
@@ -38,6 +43,9 @@ if TYPE_CHECKING:
 
 RUNNER = "celery.replaced"
 """The internal workflow that runs a group, chain or chord member of a replacement."""
+CHUNKS = "celery.chunks"
+ACCUMULATE = "celery.accumulate"
+log = logging.getLogger("pyrula_compat.worker")
 
 
 class _Failed(Exception):
@@ -73,14 +81,12 @@ class Replaced(Ignore):
 def replace(task: Task, sig: Any) -> Any:
     """``Task.replace``: check ``sig`` as Celery does, then ``task.on_replace(sig)``."""
     from pyrula_compat.canvas import maybe_signature
-    from pyrula_compat.primitives import _chain, chunks
+    from pyrula_compat.primitives import _chain
 
     replacement = maybe_signature(sig, app=task.app)
     if replacement is None:
         raise TypeError("Task.replace needs a signature")
-    if isinstance(replacement, chunks):
-        replacement = replacement.group()
-    elif isinstance(replacement, _chain) and replacement.tasks:  # its chunks as groups
+    if isinstance(replacement, _chain) and replacement.tasks:  # its chunks as groups
         replacement = _chain(*replacement.steps(), app=task.app, **replacement.options)
     if "chord" in replacement.options:
         raise ImproperlyConfigured("A signature replacing a task must not be part of a chord")
@@ -102,6 +108,24 @@ def on_replace(task: Task, sig: Any) -> Any:
     stopped = request.chain is None and bool(getattr(request, "_chain_given", False))
     _freeze_callbacks(sig)
     raise Replaced(sig.as_json(), chain_stopped=stopped, nesting=nesting)
+
+
+def run_chunks(task: Task, sig: Any, it: list[Any], n: int) -> Any:
+    """The body of the built-in ``celery.chunks`` task (a ``chunks`` sent by name, or a
+    member of a group, chain or chord header): Celery's ``chunks.apply_chunks``. On a
+    worker the run gathers the chunk tasks as its child runs, as a replacement does, and
+    its result is what the chunks' ``GroupResult.get()`` gives (one list per chunk;
+    the first failed chunk's own error). Eagerly the chunks run here; called directly
+    the group is queued and its ``GroupResult`` returned, as in Celery."""
+    from pyrula_compat.primitives import chunks
+
+    made = chunks(sig, it, n, app=task.app)
+    request = task.request
+    if request.is_eager:
+        return made.group().apply().get()
+    if request.called_directly or request._step is None:
+        return made.apply_async()
+    raise Replaced(made.as_json(), nesting=int(request.get("replaced_task_nesting") or 0))
 
 
 def _freeze_callbacks(sig: Any) -> None:
@@ -155,10 +179,21 @@ async def run_signature(
         header = (kw.get("header") or {}).get("kwargs", {}).get("tasks", [])
         values = await _run_group(ctx, app, header, args, meta)
         return await run_signature(ctx, app, kw["body"], [values], meta)
+    if kind is None and data.get("task") == CHUNKS:  # what its GroupResult.get() gives
+        from pyrula_compat.primitives import chunks
+
+        made = chunks.from_dict(data, app)
+        assert isinstance(made, chunks)
+        parts = made.group().as_json()["kwargs"]["tasks"]
+        return await _run_group(ctx, app, parts, [], meta, own_errors=True)
     try:
-        return await _child(ctx, app, data, args, meta)
+        value = await _child(ctx, app, data, args, meta)
     except _CHILD_ERRORS as exc:
-        raise _Failed(_original(exc)) from None
+        error = _original(exc)
+        await _record_own_id(ctx, app, data, meta, None, error)
+        raise _Failed(error) from None
+    await _record_own_id(ctx, app, data, meta, value, None)
+    return value
 
 
 def _chain_steps(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -179,18 +214,28 @@ async def _run_group(
     members: list[dict[str, Any]],
     args: list[Any],
     meta: dict[str, Any],
+    own_errors: bool = False,
 ) -> list[Any]:
     """Every member at once; their results in order. A member's failure fails the group
-    with ``ChordError``, as the body of Celery's chord (a replacing group is one) fails.
-    No members: ``[]``, as Celery's chord calls its body with."""
+    with ``ChordError``, as the body of Celery's chord (a replacing group is one) fails;
+    with ``own_errors`` (a ``chunks``) with the first failed member's own error, as
+    ``GroupResult.get()`` raises. No members: ``[]``, as Celery's chord calls its body
+    with."""
     if not members:
         return []
     runs = [_child(ctx, app, member, args, meta) for member in members]
     results = await ctx.gather(*runs, return_exceptions=True)
     for member, value in zip(members, results, strict=True):
+        if not isinstance(value, BaseException):
+            await _record_own_id(ctx, app, member, meta, value, None)
+        elif isinstance(value, _CHILD_ERRORS):
+            await _record_own_id(ctx, app, member, meta, None, _original(value))
+    for member, value in zip(members, results, strict=True):
         if isinstance(value, BaseException):
             if not isinstance(value, _CHILD_ERRORS):
                 raise value
+            if own_errors:
+                raise _Failed(_original(value))
             name = member.get("task") or member.get("subtask_type")
             raise _Failed(ChordError(f"Dependency {name} raised {_original(value)!r}"))
     return list(results)
@@ -221,6 +266,43 @@ def _child(
 
 
 _CHILD_ERRORS = (DurableInvocationError, RunCancelled)
+
+
+async def _record_own_id(
+    ctx: WorkflowContext,
+    app: Celery,
+    data: dict[str, Any],
+    meta: dict[str, Any],
+    value: Any,
+    error: BaseException | None,
+) -> None:
+    """A task of the replacement given its own id (``.set(task_id=...)``, or frozen
+    before ``replace``) runs under that id in Celery, which freezes the replacement with
+    the replaced task's id only when it has none. Here it runs as a child run of the
+    replaced task's; once it ends, its outcome is recorded under its own id too (a
+    journaled step), so both ids give its result."""
+    if data.get("subtask_type") or data.get("task") == CHUNKS:
+        return
+    own = (data.get("options") or {}).get("task_id")
+    if not own or own == meta.get("parent_id"):
+        return
+    text = errors.to_json(error) if error is not None else None
+    await ctx.step(f"own-id-{own}", _record_under, app, data, own, value, text)
+
+
+def _record_under(
+    app: Celery, data: dict[str, Any], own: str, value: Any, error: str | None
+) -> None:
+    from pyrula_compat import calling, flows
+
+    try:
+        if error is not None:  # the task's own run, failed with that error at once
+            flows.mark_failed(app, {**data, "options": {"task_id": own}}, error)
+        else:
+            args = [codec.from_json(value)]
+            calling.submit(app, ACCUMULATE, args, {"index": 0}, task_id=own)
+    except (IdempotencyConflict, InvalidRunState) as exc:  # the id was taken before
+        log.warning("replacement task id %s already names another run: %r", own, exc)
 
 
 def _original(exc: BaseException) -> BaseException:

@@ -271,8 +271,19 @@ class Celery:
         def celery_starmap(task: str, it: list[Any]) -> list[Any]:
             return [self.tasks[task](*item) for item in it]
 
+        def celery_chunks(bound: TaskBase, task: Any, it: list[Any], n: int) -> Any:
+            from pyrula_compat import replace
+
+            return replace.run_chunks(bound, task, it, n)
+
+        def celery_accumulate(*args: Any, **kwargs: Any) -> Any:
+            index = kwargs.get("index")
+            return args[index] if index is not None else args
+
         self._task_from_fun(celery_map, name="celery.map")
         self._task_from_fun(celery_starmap, name="celery.starmap")
+        self._task_from_fun(celery_chunks, name="celery.chunks", bind=True)
+        self._task_from_fun(celery_accumulate, name="celery.accumulate")
 
     def autodiscover_tasks(
         self, packages: Any = None, related_name: str = "tasks", force: bool = False

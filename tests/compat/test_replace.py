@@ -266,3 +266,32 @@ def test_a_replacements_own_link_runs_with_its_result(served: Served) -> None:
 def test_replace_with_chunks_piped_into_a_task(served: Served) -> None:
     # (4+1) + (4+2) in one chunk, (4+3) in the other; total sums the lists of lists
     assert tasks().replace_with.delay("chunks", 4).get(timeout=T) == 18
+
+
+@pytest_slow
+def test_replace_with_chunks_gives_its_list_of_lists(served: Served) -> None:
+    assert tasks().replace_with.delay("chunks_alone", 4).get(timeout=T) == [[5, 6], [7]]
+
+
+@pytest_slow
+def test_a_replacement_with_a_task_id_of_its_own_resolves_under_both_ids(served: Served) -> None:
+    """Celery freezes the replacement with the replaced task's id only when it has none,
+    so a task id set on it names its result: here both ids do (the replaced task's id
+    always does)."""
+    t, app = tasks(), served.app
+    result = t.replace_with.delay("own_id", 5)
+    assert result.get(timeout=T) == 6
+    own = app.AsyncResult(f"{result.id}-own")
+    assert own.get(timeout=T) == 6 and own.state == states.SUCCESS
+    assert t.replace_with.delay("own_id_same", 5).get(timeout=T) == 6  # its own run's id
+    grouped = t.replace_with.delay("own_id_group", 5)
+    assert grouped.get(timeout=T) == [6, 10]
+    assert app.AsyncResult(f"{grouped.id}-own").get(timeout=T) == 6
+    chained = t.replace_with.delay("own_id_chain", 5)  # add(5, 1) | fail(6)
+    with pytest.raises(t.ProjError, match="6"):
+        chained.get(timeout=T)
+    assert app.AsyncResult(f"{chained.id}-own").get(timeout=T) == 6
+    failed = app.AsyncResult(f"{chained.id}-own2")
+    with pytest.raises(t.ProjError, match="6"):
+        failed.get(timeout=T)
+    assert failed.state == states.FAILURE

@@ -203,6 +203,18 @@ def replace_with(self, kind, value, marker=None):
         self.replace(add.chunks([(value, 1), (value, 2), (value, 3)], 2) | total.s())
     elif kind == "linked":
         self.replace(add.s(value, 1).set(link=record.s(marker)))
+    elif kind == "chunks_alone":
+        self.replace(add.chunks([(value, 1), (value, 2), (value, 3)], 2))
+    elif kind.startswith("own_id"):  # replacements with task ids of their own
+        own = f"{self.request.id}-own"
+        self.replace(
+            {
+                "own_id": add.s(value, 1).set(task_id=own),
+                "own_id_same": add.s(value, 1).set(task_id=self.request.id),
+                "own_id_chain": add.s(value, 1).set(task_id=own) | fail.s().set(task_id=own + "2"),
+                "own_id_group": group(add.s(value, 1).set(task_id=own), mul.s(value, 2)),
+            }[kind]
+        )
     if marker:
         _append(marker, "after replace")  # never: replace raises
     return "not replaced"

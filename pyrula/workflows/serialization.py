@@ -2,7 +2,8 @@
 
 Rules: payloads are plain JSON (``dict`` with ``str`` keys, ``list``/``tuple``, ``str``,
 ``int``, ``float`` that is finite, ``bool``, ``None``). Nothing is ever pickled. An error
-travels as its class's module and qualified name, its message and traceback text; it is
+travels as its class's module and qualified name, its message, its ``args`` when they are
+plain JSON (and small: see :data:`MAX_ERROR_ARGS_BYTES`) and its traceback text; it is
 rebuilt only as an exception class that imports and subclasses ``BaseException``,
 never by calling anything else named in stored data.
 """
@@ -13,7 +14,7 @@ import importlib
 import json
 import math
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula.workflows.errors import NotJSONSerializable, PayloadTooLarge
@@ -119,14 +120,60 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
+MAX_ERROR_ARGS_BYTES = 8 * 1024
+"""Largest ``args`` an :class:`ErrorInfo` keeps, in bytes of UTF-8 JSON. Args that encode
+to more, or are not plain JSON, are not stored: the error is then rebuilt from its message
+(the message and the traceback are always stored)."""
+
+
+def _call_args(exc: BaseException) -> Any:
+    """The arguments that make ``exc`` again: its ``args``, except that an OSError keeps
+    its ``filename`` (and ``filename2``) out of ``args``, so those are added back."""
+    args = exc.args
+    if isinstance(exc, OSError) and len(args) == 2:
+        if exc.filename2 is not None:
+            return (*args, exc.filename, None, exc.filename2)  # None: winerror
+        if exc.filename is not None:
+            return (*args, exc.filename)
+    return args
+
+
+def _stored_args(exc: BaseException) -> tuple[Any, ...] | None:
+    """``exc``'s arguments as they will read back from the store, or None if they can't be
+    kept."""
+    try:
+        args = _call_args(exc)
+        if not isinstance(args, tuple):
+            return None
+        text = encode(list(args), what="exception args", max_bytes=MAX_ERROR_ARGS_BYTES)
+    except Exception:  # not JSON, too large, circular, too deep, an int over 4300 digits
+        return None
+    stored: list[Any] = decode(text)  # tuples inside read back as lists, as in the store
+    return tuple(stored)
+
+
+def _text(exc: BaseException) -> str | None:
+    """``str(exc)``, or None if the class's ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return None
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
-    """An exception in stored form: class location, message and traceback text."""
+    """An exception in stored form: class location, message, traceback text and, when
+    they are plain JSON and at most :data:`MAX_ERROR_ARGS_BYTES`, its ``args``.
+
+    ``args`` is None for a record written before args were stored, or when they could not
+    be kept; such a record rebuilds from its message alone.
+    """
 
     type_module: str
     type_name: str
     message: str
     traceback: str
+    args: tuple[Any, ...] | None = field(default=None, hash=False)
 
     @property
     def qualified_type(self) -> str:
@@ -140,28 +187,30 @@ class ErrorInfo:
             type_name=type(exc).__qualname__,
             message=str(exc),
             traceback=tb,
+            args=_stored_args(exc),
         )
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "module": self.type_module,
-                "type": self.type_name,
-                "message": self.message,
-                "traceback": self.traceback,
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
+        data: dict[str, Any] = {
+            "module": self.type_module,
+            "type": self.type_name,
+            "message": self.message,
+            "traceback": self.traceback,
+        }
+        if self.args is not None:
+            data["args"] = list(self.args)
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> ErrorInfo:
         data = json.loads(text)
+        args = data.get("args")
         return cls(
             type_module=str(data.get("module", "builtins")),
             type_name=str(data.get("type", "Exception")),
             message=str(data.get("message", "")),
             traceback=str(data.get("traceback", "")),
+            args=tuple(args) if isinstance(args, list) else None,
         )
 
     def exception_class(self) -> type[BaseException] | None:
@@ -186,16 +235,31 @@ class ErrorInfo:
         return None
 
     def rebuild(self) -> BaseException:
-        """An instance of the original class carrying the message, or a RuntimeError.
+        """An instance of the original class, or a RuntimeError if it can't be had.
 
-        The instance is created with ``cls.__new__`` and given ``args`` directly, so no
-        user-defined ``__init__`` runs.
+        Only a class :meth:`exception_class` accepts is used. With stored ``args`` it is
+        called as ``cls(*args)`` (as Celery does), so ``__init__`` sets its attributes
+        again; that result is kept if it is an instance of the class and its ``str`` is
+        the stored message. Otherwise (no stored args, ``__init__`` raised, or the message
+        came out different) the instance is made with ``cls.__new__`` and no ``__init__``
+        runs: it gets the stored args if they give back the message, else the message.
         """
         klass = self.exception_class()
         if klass is None:
             return RuntimeError(f"{self.qualified_type}: {self.message}")
+        if self.args is not None:
+            try:
+                called = klass(*self.args)
+            except Exception:
+                called = None
+            if isinstance(called, klass) and _text(called) == self.message:
+                return called
         try:
             exc = klass.__new__(klass)
+            if self.args is not None:
+                exc.args = self.args
+                if _text(exc) == self.message:
+                    return exc
             exc.args = (self.message,)
         except Exception:
             return RuntimeError(f"{self.qualified_type}: {self.message}")

@@ -38,6 +38,21 @@ class OrderRejected(Exception):
         super().__init__(f"order {order_id} rejected: {reason}")
 
 
+class CodeError(Exception):
+    """A custom error whose __init__ passes its arguments on, so ``cls(*args)`` rebuilds it."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(code, detail)
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.args[1]}"
+
+
+def fetch_missing() -> None:
+    raise CodeError(404, "not found")
+
+
 def validate_amount(amount: int) -> None:
     if amount < 0:
         raise ValueError(f"amount must be >= 0, got {amount}")
@@ -88,7 +103,69 @@ async def test_a_custom_error_needing_init_args_is_rebuilt_without_calling_init(
     assert "reject_order" in error.remote_traceback
     assert type(error.original) is OrderRejected
     assert str(error.original) == "order A-1 rejected: out of stock"
+    # Its args hold only the formatted message, which OrderRejected(...) refuses.
     assert OrderRejected.inits == inits_before_rebuild  # rebuilt without __init__
+
+
+async def test_a_custom_error_comes_back_with_its_args_and_attributes(
+    engine_store: Store, registry: Registry, start_worker: StartWorker
+) -> None:
+    @workflow(registry=registry)
+    async def lookup(ctx: WorkflowContext) -> None:
+        await ctx.step("fetch", fetch_missing, retry=NO_RETRY)
+
+    await start_worker(engine_store, [lookup])
+    handle = await WorkflowClient(engine_store, registry=registry).submit("lookup")
+    with pytest.raises(DurableInvocationError) as failed:
+        await handle.result(timeout=10)
+    error = failed.value
+    assert error.error_type == f"{__name__}.CodeError"
+    assert error.error_message == "404 not found"
+    original = error.original
+    assert type(original) is CodeError
+    assert original.code == 404
+    assert original.args == (404, "not found")
+    assert str(original) == "404 not found"
+    [entry] = await engine_store.load_journal(handle.run_id)
+    assert ErrorInfo.from_json(entry.value).args == (404, "not found")
+
+
+async def test_a_caught_step_error_replays_with_its_attributes(
+    engine_store: Store, registry: Registry, start_worker: StartWorker
+) -> None:
+    calls = {"fetch": 0}
+    seen: list[tuple[type[BaseException], int]] = []
+    broken = {"later": True}
+
+    def fetch() -> None:
+        calls["fetch"] += 1
+        fetch_missing()
+
+    def later() -> str:
+        if broken["later"]:
+            raise ValueError("later is broken")
+        return "ok"
+
+    @workflow(registry=registry)
+    async def tolerant(ctx: WorkflowContext) -> list[int]:
+        try:
+            await ctx.step("fetch", fetch, retry=NO_RETRY)
+        except CodeError as exc:
+            seen.append((type(exc), exc.code))
+        await ctx.step("later", later, retry=NO_RETRY)
+        return [code for _, code in seen]
+
+    await start_worker(engine_store, [tolerant])
+    handle = await WorkflowClient(engine_store, registry=registry).submit("tolerant")
+    with pytest.raises(DurableInvocationError):
+        await handle.result(timeout=10)
+    broken["later"] = False
+    await handle.retry()
+    assert await handle.result(timeout=10) == [404, 404]
+    # Live, the step's own exception; on the retry's replay (fetch does not run again),
+    # the one rebuilt from the journal, with its attribute.
+    assert calls == {"fetch": 1}
+    assert seen == [(CodeError, 404), (CodeError, 404)]
 
 
 async def test_a_local_error_class_is_reported_but_not_rebuilt(

@@ -79,10 +79,13 @@ def test_rebuild_of_builtins_and_nested_classes() -> None:
         ("builtins", "ValueError.__init__"),
     ],
 )
-def test_rebuild_never_calls_what_is_not_an_exception_class(module: str, name: str) -> None:
-    info = ErrorInfo(module, name, "rm -rf /", "")
+@pytest.mark.parametrize("args", [None, ("rm -rf /",)], ids=["no-args", "args"])
+def test_rebuild_never_calls_what_is_not_an_exception_class(
+    module: str, name: str, args: tuple[str, ...] | None
+) -> None:
+    info = ErrorInfo(module, name, "rm -rf /", "", args=args)
     assert info.exception_class() is None
-    rebuilt = info.rebuild()
+    rebuilt = ErrorInfo.from_json(info.to_json()).rebuild()
     assert type(rebuilt) is RuntimeError
     assert str(rebuilt) == f"{module}.{name}: rm -rf /"
     assert CALLED == []

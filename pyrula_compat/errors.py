@@ -39,8 +39,12 @@ def _stand_in(module: str, qualname: str) -> type[Exception]:
 
 
 def rebuild(info: ErrorInfo) -> BaseException:
-    """An exception of the recorded class (or a stand-in) with the recorded message."""
+    """An exception of the recorded class (or a stand-in) with the recorded message:
+    ``cls(*args)`` as Celery rebuilds it when the class imports and its args were stored
+    (the engine's :meth:`ErrorInfo.rebuild`)."""
     klass: type[BaseException] | None = info.exception_class()
+    if klass is not None and info.args is not None:
+        return info.rebuild()
     if klass is None:
         klass = _stand_in(info.type_module, info.type_name)
     message: Any = info.message

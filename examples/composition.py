@@ -3,7 +3,8 @@
     python examples/composition.py
 
 Part 1 runs in WorkflowTestEnv: steps gathered concurrently, child runs gathered,
-a child's error reaching the parent, and a cancel that reaches the child.
+a child's error reaching the parent, a cancel that reaches the child, and a parent
+retried after its child failed (the child runs again).
 Part 2 has two real workers (threads, one SQLite file): one serves only the parent
 workflow, the other only the child, so the child runs on whichever worker serves it.
 See docs/composition.md.
@@ -18,6 +19,7 @@ from typing import Any
 
 from pyrula.workflows import (
     DurableInvocationError,
+    Fatal,
     RunStatus,
     StepContext,
     WorkerOptions,
@@ -105,6 +107,42 @@ async def in_the_test_env() -> None:
         )
 
 
+carrier = {"up": False}
+
+
+def book(label: str) -> str:
+    if not carrier["up"]:
+        raise Fatal(f"carrier down, cannot book {label}")
+    return f"booked {label}"
+
+
+@workflow(name="book_courier")
+async def book_courier(ctx: WorkflowContext, parcel: str) -> str:
+    label = await ctx.step("label", lambda: f"label:{parcel}")
+    return await ctx.step("book", book, label)  # type: ignore[no-any-return]
+
+
+@workflow(name="dispatch")
+async def dispatch(ctx: WorkflowContext, parcel: str) -> str:
+    booking = await ctx.run_child(book_courier, {"parcel": parcel})
+    return await ctx.step("notify", lambda: f"notified: {booking}")  # type: ignore[no-any-return]
+
+
+async def retry_after_a_child_failed() -> None:
+    async with WorkflowTestEnv(workflows=[book_courier, dispatch]) as env:
+        handle = await env.submit("dispatch", {"parcel": "p7"})
+        try:
+            await env.result(handle)
+            raise AssertionError("dispatch should have failed")
+        except DurableInvocationError as exc:  # the child's failure failed the parent
+            print("dispatch failed:", exc.error_message)
+        carrier["up"] = True  # the cause is fixed
+        await handle.retry()  # retries the failed child first; the parent then goes on
+        print("dispatch after retry:", await env.result(handle))
+        [child] = await env.store.list_runs(workflow="book_courier")
+        assert child.status is RunStatus.COMPLETED  # the same child run, run again
+
+
 @workflow(name="nightly_export")
 async def nightly_export(ctx: WorkflowContext, tables: list[str]) -> dict[str, int]:
     counts = await ctx.gather(*(ctx.run_child("export_table", {"table": t}) for t in tables))
@@ -147,6 +185,7 @@ def across_workers() -> None:
 
 def main() -> None:
     asyncio.run(in_the_test_env())
+    asyncio.run(retry_after_a_child_failed())
     across_workers()
 
 

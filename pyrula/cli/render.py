@@ -141,8 +141,9 @@ def run_dict(run: RunRecord, now: float) -> dict[str, Any]:
 
 def _has_value(entry: JournalEntry) -> bool:
     """Whether the entry's value is a value rather than an error. A ``backoff`` entry
-    (a failed attempt waiting on a timer) is not ok, yet holds ``{attempt, wake_at}``."""
-    return entry.ok or entry.kind == "backoff"
+    (a failed attempt waiting on a timer) is not ok, yet holds ``{attempt, wake_at}``;
+    a ``child_result`` of a child that did not complete holds ``{status, result, error}``."""
+    return entry.ok or entry.kind in ("backoff", "child_result")
 
 
 def entry_dict(entry: JournalEntry) -> dict[str, Any]:

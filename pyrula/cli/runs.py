@@ -12,6 +12,7 @@ import click
 from pyrula.cli import render
 from pyrula.cli.render import CliError, CliUsageError
 from pyrula.workflows import PyrulaError, RunHandle, RunNotFound, RunStatus, Store, open_store
+from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.records import JournalEntry, RunRecord
 from pyrula.workflows.stores import DEFAULT_STORE_URL
 
@@ -131,11 +132,12 @@ def show_command(run_id: str, store_url: str | None, as_json: bool) -> None:
 def retry_command(run_id: str, store_url: str | None, as_json: bool) -> None:
     """Requeue a failed, cancelled, terminated or dead run.
 
-    Its finished steps replay from the journal; the step that failed runs again.
+    Its finished steps replay from the journal; the step that failed runs again. A child
+    run whose failure ended it is retried first.
     """
 
     async def act(store: Store) -> tuple[RunRecord, float]:
-        return await store.retry_run(run_id), await store.now()
+        return await retry_run(store, run_id), await store.now()
 
     run, now = with_store(store_url, act)
     if as_json:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.errors import (
     DurableInvocationError,
     InvalidParams,
@@ -105,8 +106,9 @@ class RunHandle:
 
     async def retry(self) -> RunRecord:
         """Continue a failed, cancelled, terminated or dead run: finished steps replay,
-        the failed one runs again."""
-        return await self._store.retry_run(self.run_id)
+        the failed one runs again. A child run whose failure (or cancellation) ended the
+        run is retried first, recursively, and the run continues from its new outcome."""
+        return await retry_run(self._store, self.run_id)
 
 
 def outcome_of(run: RunRecord) -> Any:

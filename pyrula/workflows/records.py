@@ -168,7 +168,9 @@ class JournalEntry:
     """One recorded outcome at one position of a run's journal.
 
     ``kind`` is ``"step"`` for a step's final outcome. ``ok`` says whether ``value``
-    (JSON text) is a result or an ErrorInfo. ``position`` starts at 0 and is unique per run.
+    (JSON text) is a result or an ErrorInfo (a ``backoff`` entry, and a ``child_result``
+    of a child that did not complete, are not ok yet hold their own values).
+    ``position`` starts at 0 and is unique per run.
     """
 
     run_id: str

@@ -33,7 +33,10 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 EXAMPLE_OUTPUT = {
     "durable_time.py": ["trial: {'user': 'ana', 'days': 14.0}", "partner: {'attempt': 2}"],
     "signals.py": ["approved from sync code:", "InvalidRunState:", "RunNotFound:"],
-    "composition.py": ["ship_order: ['label:p1', 'failed: cannot ship bad-p2', 'label:p3']"],
+    "composition.py": [
+        "ship_order: ['label:p1', 'failed: cannot ship bad-p2', 'label:p3']",
+        "dispatch after retry: notified: booked label:p7",
+    ],
     "schedules.py": ["nightly runs in 3 virtual days: 3", "runs from 2 workers"],
     "flow_control.py": ["claim order: b S b S b S", "30 runs at 10/s started over"],
     "testing_env.py": ["crash before step 'charge' at 0: ('result', 100)"],

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.client import outcome_of
 from pyrula.workflows.engine.control import CancelRequested, EngineSignal, LeaseGone, Suspend
+from pyrula.workflows.engine.rerun import CHILD, CHILD_RESULT
 from pyrula.workflows.errors import InvalidParams, SignalTimeout, WorkflowError
 from pyrula.workflows.records import JournalEntry, NewRun, RunRecord, RunStatus, Wait
 from pyrula.workflows.registry import Registry, WorkflowDefinition
@@ -161,11 +162,11 @@ async def run_child(
     new_run: Callable[[str], NewRun],
 ) -> Any:
     """Start (once) a child run that any worker may take, then wait for its outcome."""
-    entry = execution.recorded(position, "child", name)
+    entry = execution.recorded(position, CHILD, name)
     if entry is None:
         execution.check_boundary()
         child_id = f"{execution.run_id}.{position}"
-        entry = _entry(execution, position, "child", name, child_id)
+        entry = _entry(execution, position, CHILD, name, child_id)
         child = new_run(child_id)
         await execution.fenced(
             lambda: execution.store.start_child(execution.token, entry, child), "child start"
@@ -179,12 +180,35 @@ async def run_child(
             raise WorkflowError(f"child run {child_id!r} of run {execution.run_id!r} vanished")
         if not record.is_terminal:
             raise Suspend(Wait(child=child_id))
-        result = _entry(execution, position + 1, "child_result", name, _child_outcome(record))
+        if record.status in _STOPPED and not execution.cancel_requested:
+            # Was it our own cancel? It is set on the parent with the child's stop, in one
+            # store operation, so the parent's record says so now if it was.
+            own = await execution.store.get_run(execution.run_id)
+            execution.cancel_requested = own is not None and own.cancel_requested
+        if execution.cancel_requested and record.status in _STOPPED:
+            # The parent's own cancel (or terminate) ended the child. Its outcome is not
+            # journaled, so retrying the parent retries the child too (engine/rerun.py).
+            raise CancelRequested()
+        # An outcome that raises in the parent is journaled as an error (ok=False): if it
+        # fails the parent, retry_run removes it, and the retried child runs again.
+        result = JournalEntry(
+            run_id=execution.run_id,
+            position=position + 1,
+            kind=CHILD_RESULT,
+            name=name,
+            ok=record.status is RunStatus.COMPLETED,
+            value=encode(_child_outcome(record), what=f"{CHILD_RESULT} {name!r}"),
+        )
         await execution.append(result)
         if execution.cancel_requested and record.status in _STOPPED:
-            raise CancelRequested()  # the parent's own cancel (or terminate) ended the child
-    execution.recorded(position + 1, "child_result", name)
-    return _replay_child(child_id, name, decode(result.value))
+            raise CancelRequested()  # the cancel was learnt from the write's reply
+    execution.recorded(position + 1, CHILD_RESULT, name)
+    try:
+        return _replay_child(child_id, name, decode(result.value))
+    except Exception as error:
+        if not result.ok:  # the position retry_run clears if this error fails the run
+            execution.failed_steps[id(error)] = position + 1
+        raise
 
 
 _STOPPED = (RunStatus.CANCELLED, RunStatus.TERMINATED)

@@ -28,6 +28,12 @@ TIMER_HINT_GAP = 0.05
 TIMER_HINT_GAP_MAX = 0.5
 """The gap doubles, up to this, after each hinted look that found nothing sooner (under
 load, most hints come from claims that lost a run to another worker)."""
+SCHEDULE_WATCH_MARGIN = 0.25
+"""Seconds. The schedule loop's store wait (``wait_schedule_change``) ends this long
+before its next look, and a local sleep covers the rest, so a slot fires on time: a
+server's blocking timeout may come ~100 ms late (Valkey checks them at its ``hz``), and
+a Valkey wait cut short would cost its connection. A change in that last stretch is
+read at the look itself."""
 TIMER_SPIN = 0.001
 """Seconds. The timer loop's sleep ends this long before a due time and it yields to the
 event loop until the time itself: the event loop's wait rounds up to whole milliseconds
@@ -188,11 +194,16 @@ async def _until_due_or_changed(
 
 
 async def schedule_loop(worker: WorkflowWorker) -> None:
-    """Fire due schedules; sleep until the next slot, capped by ``schedule_poll_interval``."""
+    """Fire due schedules; sleep until the next slot, capped by ``schedule_poll_interval``,
+    or until the store's schedules change (``Store.wait_schedule_change``: a schedule
+    created, resumed or replaced by another process fires its first slot on time)."""
     store = worker.store
+    seen: str | None = None
     while True:
         delay = worker.options.schedule_poll_interval
         try:
+            if seen is None:
+                seen = await store.wait_schedule_change(None, 0)  # read before the schedules
             due = await store.due_schedules(SCHEDULE_BATCH)
             for record in due:
                 await fire(worker, record)
@@ -205,8 +216,42 @@ async def schedule_loop(worker: WorkflowWorker) -> None:
             log.warning("schedule scan failed: %s", exc)
         except Exception:  # never let one bad record stop every schedule on this worker
             log.exception("schedule scan failed")
-        await worker.wait_stop_or(delay, worker.schedules_changed)
+        seen = await _until_slot_or_change(worker, seen, delay)
         worker.schedules_changed.clear()
+
+
+async def _until_slot_or_change(
+    worker: WorkflowWorker, seen: str | None, delay: float
+) -> str | None:
+    """Sleep ``delay`` seconds, less if the store's change marker moves past ``seen``, the
+    worker stops or ``schedules_changed`` is set. Returns the marker to wait from next
+    (None: read it again)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + delay
+    watch = delay - SCHEDULE_WATCH_MARGIN
+    if seen is not None and watch > 0:
+        changed = asyncio.Event()
+        waiting = asyncio.ensure_future(worker.store.wait_schedule_change(seen, watch))
+        waiting.add_done_callback(lambda _: changed.set())
+        try:
+            await worker.wait_stop_or(delay, worker.schedules_changed, changed)
+        finally:
+            if not waiting.done():
+                waiting.cancel()
+                await asyncio.gather(waiting, return_exceptions=True)
+        if waiting.done() and not waiting.cancelled():
+            try:
+                marker: str | None = waiting.result()
+            except Exception as exc:
+                log.warning("waiting for schedule changes failed: %s", exc)
+                marker = None
+            if marker is not None and marker != seen:
+                return marker
+            seen = marker
+    rest = deadline - loop.time()
+    if rest > 0 and not worker.schedules_changed.is_set():
+        await worker.wait_stop_or(rest, worker.schedules_changed)
+    return seen
 
 
 async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:

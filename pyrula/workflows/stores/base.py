@@ -17,8 +17,9 @@ Rules every implementation keeps:
   the token the caller holds.
 * **Payloads are opaque.** ``params``, results, journal values and errors are JSON text
   the store keeps byte for byte.
-* **No busy polling.** ``wait_run`` and ``wait_for_work`` return early when the awaited
-  thing happens in this process; across processes a store may watch a cheap change marker.
+* **No busy polling.** ``wait_run``, ``wait_for_work`` and ``wait_schedule_change``
+  return early when the awaited thing happens in this process; across processes a store
+  may watch a cheap change marker.
 """
 
 from __future__ import annotations
@@ -285,6 +286,18 @@ class Store(Protocol):
 
     async def next_schedule_at(self) -> float | None:
         """The earliest ``next_fire_at`` of an enabled schedule, or None."""
+
+    async def wait_schedule_change(self, seen: str | None, timeout: float) -> str:
+        """The schedules' change marker: with ``seen=None``, the current one at once;
+        else the current one as soon as it differs from ``seen``, or ``seen`` after
+        ``timeout`` seconds (or once the store closes).
+
+        A marker is an opaque string that every ``create_schedule``, ``update_schedule``
+        and ``delete_schedule`` that removed one moves, whatever process made it
+        (``fire_schedule`` need not). A schedule loop reads it before it reads the
+        schedules and waits on it between looks, so a schedule created or resumed
+        elsewhere fires its first slot on time. Must not busy-poll.
+        """
 
     async def fire_schedule(
         self,

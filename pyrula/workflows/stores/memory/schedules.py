@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 
@@ -39,6 +40,7 @@ class MemorySchedules:
                 last_fire_at=existing.last_fire_at if existing else schedule.last_fire_at,
             )
             s.schedules[schedule.schedule_id] = record
+            s.schedule_changes += 1
             s.note(SCHEDULES_KEY)
         s.flush()
         return record
@@ -76,13 +78,20 @@ class MemorySchedules:
                 updated_at=self._clock(),
             )
             s.schedules[schedule_id] = record
+            s.schedule_changes += 1
             s.note(SCHEDULES_KEY)
         s.flush()
         return record
 
     async def delete_schedule(self, schedule_id: str) -> bool:
-        with self._s.lock:
-            return self._s.schedules.pop(schedule_id, None) is not None
+        s = self._s
+        with s.lock:
+            deleted = s.schedules.pop(schedule_id, None) is not None
+            if deleted:
+                s.schedule_changes += 1
+                s.note(SCHEDULES_KEY)
+        s.flush()
+        return deleted
 
     async def due_schedules(self, limit: int) -> list[ScheduleRecord]:
         with self._s.lock:
@@ -96,6 +105,19 @@ class MemorySchedules:
             return min(
                 (r.next_fire_at for r in self._s.schedules.values() if r.enabled), default=None
             )
+
+    async def wait_schedule_change(self, seen: str | None, timeout: float) -> str:
+        s = self._s
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            fut = s.notifier.register(SCHEDULES_KEY)  # before the read: no change is missed
+            with s.lock:
+                current = str(s.schedule_changes)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if seen is None or current != seen or remaining <= 0 or s.notifier.closed:
+                s.notifier.unregister(SCHEDULES_KEY, fut)
+                return current
+            await s.notifier.wait(fut, SCHEDULES_KEY, remaining)
 
     async def fire_schedule(
         self,

@@ -42,6 +42,8 @@ class MemoryState:
     claim_counter: dict[str, int] = field(default_factory=dict)
     buckets: dict[str, Bucket] = field(default_factory=dict)
     schedules: dict[str, ScheduleRecord] = field(default_factory=dict)
+    schedule_changes: int = 0
+    """Moved by every schedule create, update and delete: the change marker."""
     workers: dict[str, WorkerInfo] = field(default_factory=dict)
     token: int = 0
     pending_notes: list[str] = field(default_factory=list)

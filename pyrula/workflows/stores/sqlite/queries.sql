@@ -414,6 +414,11 @@ RETURNING *;
 -- name: delete_schedule
 DELETE FROM schedules WHERE schedule_id = :schedule_id;
 
+-- name: bump_schedule_changes
+-- The schedules' change marker (wait_schedule_change): +1 on every create, update, delete.
+INSERT INTO meta (key, value) VALUES ('schedule_changes', '1')
+ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+
 -- name: due_schedules
 SELECT * FROM schedules
 WHERE enabled = 1 AND next_fire_at <= :now

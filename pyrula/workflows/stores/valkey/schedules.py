@@ -1,16 +1,30 @@
-"""ValkeyStore's schedules (one namespace-wide slot) and worker heartbeats."""
+"""ValkeyStore's schedules (one namespace-wide slot) and worker heartbeats.
+
+Every create, update and delete adds an entry to the stream ``...{ns:sched}:chg`` (kept
+to one entry): its last id is the schedules' change marker. A schedule loop blocks on it
+with ``XREAD BLOCK`` (every blocked reader wakes on one entry), so a schedule created or
+resumed by another process is seen at once, at the cost of one command per
+``block_slice`` while idle.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 from pyrula.workflows.records import NewRun, RunRecord, ScheduleRecord, WorkerInfo
 from pyrula.workflows.stores.valkey.codec import num, schedule_fields, text, to_schedule
-from pyrula.workflows.stores.valkey.core import ValkeyCore
+from pyrula.workflows.stores.valkey.core import ValkeyCore, monotonic
+
+NO_CHANGE = "0-0"
+"""The marker while the change stream is empty (below every entry id)."""
 
 
 class ScheduleOps(ValkeyCore):
     """Schedules, fired with a compare-and-set on their next slot; heartbeats."""
+
+    block_slice: float
 
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         raise NotImplementedError  # RunOps
@@ -99,6 +113,42 @@ class ScheduleOps(ValkeyCore):
         item = first[0]
         return float(item[1]) if isinstance(item, (list, tuple)) else float(text(first[1]))
 
+    async def wait_schedule_change(self, seen: str | None, timeout: float) -> str:
+        if self._notifier.closed and seen is not None:
+            return seen
+        await self._ensure_open()
+        key = self._keys.sched + "chg"
+        if seen is None or timeout <= 0:
+            last = await self._server.command("XREVRANGE", key, "+", "-", "COUNT", 1)
+            return text(last[0][0]) if last else NO_CHANGE
+        closed = self._notifier.register("close")
+        deadline = monotonic() + timeout
+        try:
+            while not closed.done():
+                block = min(deadline - monotonic(), self.block_slice)
+                if block <= 0:
+                    break
+                command = ("XREAD", "COUNT", 1, "BLOCK", max(1, round(block * 1000)))
+                read = asyncio.ensure_future(
+                    self._server.command(*command, "STREAMS", key, seen, block=block)
+                )
+                try:
+                    await asyncio.wait([read, closed], return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:
+                    # The reader stays blocked until its own timeout: cancelling it would
+                    # close its connection. Its reply is dropped.
+                    read.add_done_callback(_drop)
+                    raise
+                if not read.done():
+                    read.add_done_callback(_drop)  # closing: the connection goes with it
+                    break
+                marker = _last_id(read.result())
+                if marker is not None:
+                    return marker
+        finally:
+            self._notifier.unregister("close", closed)
+        return seen
+
     async def fire_schedule(
         self,
         schedule_id: str,
@@ -174,3 +224,17 @@ class ScheduleOps(ValkeyCore):
             found.append((-info.last_seen, int(seq), info))
         found.sort(key=lambda item: (item[0], item[1]))
         return [info for _, _, info in found]
+
+
+def _last_id(reply: Any) -> str | None:
+    """The id of the last entry in an ``XREAD`` reply of one stream, or None (timed out):
+    ``[[key, [[id, fields], ...]]]``, or ``{key: [...]}`` from a RESP3 client."""
+    if not reply:
+        return None
+    entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+    return text(entries[-1][0]) if entries else None
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: nobody waits for this reply any more

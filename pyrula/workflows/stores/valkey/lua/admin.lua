@@ -6,7 +6,9 @@
 --   heartbeat       KEYS[1] the workers hash; ARGV[2..] its sequence counter key,
 --                   worker_id, info -> ''   (stored "last_seen|first_seen_seq|info")
 -- Schedules (KEYS[1] the schedule prefix "ns:{ns:sched}:"; a schedule is the hash
--- "s:<id>", "next" holds enabled ones by next_fire_at, "ids" every id):
+-- "s:<id>", "next" holds enabled ones by next_fire_at, "ids" every id, and the stream
+-- "chg" (one entry, MAXLEN 1) gets an entry on every create, update and delete: its
+-- last id is the change marker schedule loops block on with XREAD):
 --   sched_create    ARGV[2..] id, replace, enabled, next_fire_at, has_last, last_fire_at,
 --                   then field, value pairs of the definition -> schedule
 --   sched_update    ARGV[2..] id, enabled ('' keep), has_params, params,
@@ -40,6 +42,10 @@ register('heartbeat', function(keys, argv)
   return ''
 end)
 
+local function sched_changed(P)
+  redis.call('XADD', P .. 'chg', 'MAXLEN', '1', '*', 'c', '1')
+end
+
 local function sched_index(P, id, enabled, next_fire_at)
   redis.call('ZADD', P .. 'ids', 0, id)
   if enabled == '1' then
@@ -68,6 +74,7 @@ register('sched_create', function(keys, argv)
   for i = 8, #argv do fields[#fields + 1] = argv[i] end
   redis.call('HSET', key, unpack(fields))
   sched_index(P, id, enabled, next_fire_at)
+  sched_changed(P)
   return redis.call('HGETALL', key)
 end)
 
@@ -93,6 +100,7 @@ register('sched_update', function(keys, argv)
   redis.call('HSET', key, unpack(fields))
   local state = redis.call('HMGET', key, 'en', 'nf')
   sched_index(P, id, state[1], state[2])
+  sched_changed(P)
   return redis.call('HGETALL', key)
 end)
 
@@ -100,7 +108,9 @@ register('sched_delete', function(keys, argv)
   local P, id = keys[1], argv[2]
   redis.call('ZREM', P .. 'ids', id)
   redis.call('ZREM', P .. 'next', id)
-  return redis.call('DEL', P .. 's:' .. id)
+  local deleted = redis.call('DEL', P .. 's:' .. id)
+  if deleted == 1 then sched_changed(P) end
+  return deleted
 end)
 
 local function sched_records(P, ids)

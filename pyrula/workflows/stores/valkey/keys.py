@@ -35,7 +35,8 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
     ns:{ns:w:<wf>}:d  zset  hint: shard -> when it next has work of <wf>  (:v versions,
                       cluster only; :wake list idle claimers block on)
     ns:{ns:timers}:d  zset  hint: shard -> its earliest timer   (:v versions, cluster only)
-    ns:{ns:sched}:s:<id> hash a schedule;  :next zset enabled by next_fire_at;  :ids zset
+    ns:{ns:sched}:s:<id> hash a schedule;  :next zset enabled by next_fire_at;  :ids zset;
+                      :chg stream of one entry, moved by every schedule change
     ns:{ns:flow}:b    hash  rate bucket -> "tokens|updated_at";  :c:<wf>:<owner> zset
                       running runs under an owner_concurrency cap, by lease expiry
     ns:{ns:leases}:h  hash  shard -> "worker|expires";  :w zset  lease holders by expiry

@@ -4,8 +4,12 @@
 sending the same id twice returns the first run (an id generated here is new, so it
 needs no key: that saves the key's reservation, a round trip per call).
 ``countdown``/``eta`` hold the run back (``delay``/``start_at``); ``expires`` drops it if
-it has not started by then. ``queue``, ``priority``, ``routing_key`` and the broker
-options are accepted and have no effect.
+it has not started by then. Both also go in the task's headers as ISO 8601 strings (a
+countdown as its eta), the worker's ``request.eta``/``request.expires``, as in Celery 5's
+protocol 2 (a worker of an older release takes them as plain headers). An id
+revoked before it was sent names a revoked run already: the task is discarded, its
+result reads REVOKED. ``queue``, ``priority``, ``routing_key`` and the broker options are
+accepted and have no effect.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from pyrula.workflows.errors import InvalidRunState
+from pyrula.workflows import RunRecord
+from pyrula.workflows.errors import IdempotencyConflict, InvalidRunState
 from pyrula_compat import _state, codec
-from pyrula_compat.result import AsyncResult
+from pyrula_compat.result import AsyncResult, served
+from pyrula_compat.runstate import REVOKED_TASK
 from pyrula_compat.signals import after_task_publish, before_task_publish
 from pyrula_compat.utils import uuid
 
@@ -127,19 +133,22 @@ def submit(
     options = dict(options or {})
     chosen = task_id or options.pop("task_id", None)
     task_id = chosen or uuid()
-    headers = options.get("headers")
-    params = task_params(
-        args, kwargs, app=app, link=link, link_error=link_error, headers=headers, extra=extra
-    )
     countdown = options.get("countdown")
     eta = _when(options.get("eta"))
     delay: float | None = None
     start_at: datetime | None = None
     if countdown is not None:
         delay = max(0.0, float(countdown))
+        eta = datetime.now(timezone.utc) + timedelta(seconds=delay)
     elif eta is not None:
         start_at = eta
     expires_at = _expiry(options.get("expires"))
+    headers = options.get("headers")
+    if eta is not None or expires_at is not None:  # Celery 5's protocol 2 headers
+        headers = {**(headers or {}), **_times(eta, expires_at)}
+    params = task_params(
+        args, kwargs, app=app, link=link, link_error=link_error, headers=headers, extra=extra
+    )
     _publish(before_task_publish, name, task_id, params, options)
     client = app.client()
     key = (chosen or None) if keyed else None
@@ -148,10 +157,19 @@ def submit(
             name, params, run_id=task_id, idempotency_key=key, delay=delay,
             start_at=start_at, expires_at=expires_at,
         )  # fmt: skip
-    except InvalidRunState:
-        if key is not None or not chosen or not _submitted_before(client, task_id, name, params):
+    except (InvalidRunState, IdempotencyConflict) as exc:
+        if not chosen:
+            raise
+        record = client.get_run(task_id)
+        if record is not None and record.workflow == REVOKED_TASK:
+            log.info("task %s[%s] was revoked before it was sent: discarded", name, task_id)
+        elif (key is not None and isinstance(exc, InvalidRunState)) or not _same_submission(
+            record, name, params
+        ):
             raise
     _publish(after_task_publish, name, task_id, params, options)
+    if task is None and name not in app.tasks:
+        _warn_if_unserved(app, name)
     result = AsyncResult(task_id, app=app, task_name=name)
     ignore = task.ignore_result if task is not None else None
     if options.get("ignore_result") is not None:
@@ -162,22 +180,65 @@ def submit(
     return result
 
 
-def _submitted_before(client: Any, run_id: str, name: str, params: dict[str, Any]) -> bool:
-    """Whether run ``run_id`` is this very submission made before (a replayed chain step
-    submitting its next step again): same task, same params."""
-    record = client.get_run(run_id)
-    return (
-        record is not None
-        and record.workflow == name
-        and json.loads(record.params) == json.loads(json.dumps(params))
-    )
+UNSERVED_CHECK_EVERY = 60.0
+"""How often (seconds) a process asks the store whether a running worker serves a task
+name it sends without having it registered itself (``send_task``)."""
+_unserved_checked: dict[tuple[int, str], float] = {}
+
+
+def _warn_if_unserved(app: Celery, name: str) -> None:
+    """Warn, at most once a minute per name, when ``name`` is sent while no running
+    worker serves it: the task stays queued until a worker that knows it starts."""
+    key = (id(app), name)
+    now = time.monotonic()
+    last = _unserved_checked.get(key)
+    if last is not None and now - last < UNSERVED_CHECK_EVERY:
+        return
+    _unserved_checked[key] = now
+    if served(app, name) is False:
+        log.warning(
+            "task %r sent, but no running worker has it registered: it stays queued "
+            "(PENDING) until a worker that knows it starts (check that the task's module "
+            "is imported there: include=, autodiscover_tasks())",
+            name,
+        )
+
+
+TIMES = ("eta", "expires")
+"""Headers a countdown or a relative expiry computes anew at each send."""
+
+
+def _times(eta: datetime | None, expires_at: datetime | None) -> dict[str, str]:
+    """The message headers the worker's ``request.eta``/``request.expires`` read: ISO 8601
+    strings, as in Celery 5 (a countdown as its eta)."""
+    times = {}
+    if eta is not None:
+        times["eta"] = eta.isoformat()
+    if expires_at is not None:
+        times["expires"] = expires_at.isoformat()
+    return times
+
+
+def _same_submission(record: RunRecord | None, name: str, params: dict[str, Any]) -> bool:
+    """Whether ``record`` is this very submission made before (a replayed chain step
+    submitting its next step again, or the same ``task_id`` sent twice): same task, same
+    params but for the eta and expiry, which a countdown computes anew each time."""
+    if record is None or record.workflow != name:
+        return False
+    return _stable(json.loads(record.params)) == _stable(json.loads(json.dumps(params)))
+
+
+def _stable(params: dict[str, Any]) -> dict[str, Any]:
+    headers = {k: v for k, v in (params.get("headers") or {}).items() if k not in TIMES}
+    rest = {k: v for k, v in params.items() if k != "headers"}
+    return {**rest, "headers": headers} if headers else rest
 
 
 def _publish(signal: Any, name: str, task_id: str, params: dict[str, Any], options: Any) -> None:
     if not signal.has_listeners(name):
         return
     headers = {"id": task_id, "task": name, "root_id": params.get("root_id", task_id)}
-    headers.update(options.get("headers") or {})
+    headers.update(codec.from_json(params.get("headers")) or {})
     body = (params["args"], params["kwargs"], {"callbacks": params.get("link")})
     signal.send(
         sender=name, body=body, exchange="", routing_key=options.get("queue") or "celery",

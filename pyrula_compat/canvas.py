@@ -176,7 +176,11 @@ class Signature(dict):  # type: ignore[type-arg]
         self.options.setdefault("link_error", []).append(errback)
         return errback
 
-    on_error = link_error
+    def on_error(self, errback: Any) -> Signature:
+        """:meth:`link_error` that returns this signature, not the errback, so that
+        ``add.s(2, 2).on_error(err.s()).delay()`` calls ``add`` (as in Celery)."""
+        self.link_error(errback)
+        return self
 
     def freeze(self, _id: str | None = None, **kwargs: Any) -> AsyncResult:
         """Fix the task id now (idempotent) and return its result."""

@@ -9,12 +9,16 @@ on the next call.
 
 from __future__ import annotations
 
+import copy
 import importlib
+import logging
 import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from pyrula_compat.exceptions import ImproperlyConfigured
+
+log = logging.getLogger("pyrula_compat")
 
 DEFAULTS: dict[str, Any] = {
     "accept_content": ["json"],
@@ -91,16 +95,24 @@ def new_name(key: str, namespace: str | None = None) -> str | None:
     """The setting ``key`` stands for, or None when it is not a setting here.
 
     With ``namespace`` (``"CELERY"``), only keys starting ``CELERY_`` count, with the
-    prefix removed and the rest lower-cased (``CELERY_BROKER_URL`` -> ``broker_url``).
-    Without it, lower-case keys are taken as they are and old upper-case names mapped.
+    prefix removed and the rest lower-cased (``CELERY_BROKER_URL`` -> ``broker_url``);
+    old names are not read, as in Celery (``BROKER_URL`` and ``CELERYBEAT_SCHEDULE`` lack
+    the prefix; ``CELERY_ALWAYS_EAGER`` would be ``always_eager``, which is no setting: a
+    warning names the new one). Without a namespace, lower-case keys are taken as they
+    are and old upper-case names mapped.
     """
     if namespace:
         prefix = namespace.rstrip("_") + "_"
         if not key.startswith(prefix):
             return None
-        if key in OLD_NAMES:
-            return OLD_NAMES[key]
-        return key[len(prefix) :].lower()
+        name = key[len(prefix) :].lower()
+        if key in OLD_NAMES and OLD_NAMES[key] != name and name not in DEFAULTS:
+            log.warning(
+                "setting %s ignored: an old name, not read under namespace %r (as in "
+                "Celery); write %s%s",
+                key, namespace, prefix, OLD_NAMES[key].upper(),
+            )  # fmt: skip
+        return name
     if key in OLD_NAMES:
         return OLD_NAMES[key]
     if key.islower():
@@ -141,7 +153,9 @@ class Settings(MutableMapping[str, Any]):
     """Celery's ``app.conf``: a mapping whose keys are also attributes."""
 
     def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
-        object.__setattr__(self, "_data", dict(DEFAULTS))
+        # Each app its own copies of the mutable defaults: add_periodic_task on one app
+        # must not add the entry to every other app's beat_schedule.
+        object.__setattr__(self, "_data", copy.deepcopy(DEFAULTS))
         object.__setattr__(self, "_changes", {})
         object.__setattr__(self, "_pending", [])
         object.__setattr__(self, "_preconf", set())

@@ -10,16 +10,20 @@ next chain step, links, errbacks) are submitted with the ids fixed when the canv
 called, so a replay submits nothing twice: after a success, inside the attempt's own
 step, before its outcome is journaled (``"followed": true``; a replay re-runs the body
 only if the worker died before that journal write, as it would anyway); if that
-submission fails, and after a failure, in one more journaled step. An attempt that
-called ``self.replace(sig)`` journals ``sig``; the run then runs it as child runs and
-ends as it ends (:mod:`pyrula_compat.replace`).
+submission fails, and after a failure, in one more journaled step. A callback or errback
+that raises is logged and never changes the task's own outcome, nor is that step retried
+for it (a new-style errback runs once per failure; only a worker crash re-runs it). An
+attempt that called ``self.replace(sig)`` journals ``sig``; the run then runs it as child
+runs and ends as it ends (:mod:`pyrula_compat.replace`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
+import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +35,11 @@ from pyrula.workflows import (
     WorkflowDefinition,
     workflow,
 )
+from pyrula.workflows.engine.control import CancelRequested, LeaseGone
 from pyrula.workflows.registry import Registry
-from pyrula_compat import codec, errors, replace, states
+from pyrula_compat import codec, errors, replace, states, worker_signals
 from pyrula_compat.app.task import Context
+from pyrula_compat.calling import TIMES
 from pyrula_compat.canvas import GENERATED_ID
 from pyrula_compat.execution import Attempt, run_attempt
 
@@ -72,6 +78,8 @@ def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[st
     if attempt.kind == "retry":
         step_ctx.set_progress(states.RETRY, {"error": error_text})
         out = {"kind": "retry", "countdown": attempt.countdown, "eta": attempt.eta}
+        at = attempt.eta if attempt.eta is not None else time.time() + (attempt.countdown or 0)
+        out["retry_eta"] = datetime.fromtimestamp(at, timezone.utc).isoformat()
         if attempt.args is not None:
             out["args"] = codec.to_json(list(attempt.args))
         if attempt.kwargs is not None:
@@ -91,7 +99,9 @@ def _attempt_step(
 ) -> dict[str, Any]:
     task = app.tasks[name]
     chain = meta.get("chain")
-    headers = codec.from_json(meta.get("headers")) or {}
+    headers = {
+        k: v for k, v in (codec.from_json(meta.get("headers")) or {}).items() if k not in TIMES
+    }
     request = Context(
         id=step_ctx.run_id, args=codec.from_json(args), kwargs=codec.from_json(kwargs),
         retries=retries, is_eager=False, called_directly=False, hostname=HOSTNAME,
@@ -104,11 +114,13 @@ def _attempt_step(
         delivery_info={"exchange": "", "routing_key": "celery", "priority": None,
                        "redelivered": step_ctx.attempt > 1},
         task=name, correlation_id=step_ctx.run_id, reply_to=None, origin=HOSTNAME,
+        eta=meta.get("eta"), expires=meta.get("expires"),
     )  # fmt: skip
     request._step = step_ctx
     request._chain_given = bool(chain)  # type: ignore[attr-defined]
     if retries:
         step_ctx.set_progress(states.STARTED, None)  # no longer waiting to retry
+    worker_signals.received(task, request)
     outcome = _outcome_json(run_attempt(task, request), name, step_ctx)
     rest = None if outcome.get("chain_stopped") else chain
     if outcome["kind"] == "ok" and (meta.get("link") or rest):
@@ -145,14 +157,35 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
         meta = {
             "chain": chain, "link": link, "link_error": link_error, "headers": headers,
             "root_id": root_id, "parent_id": parent_id, "group_id": group_id,
-            "group_index": group_index,
+            "group_index": group_index, "eta": (headers or {}).get("eta"),
+            "expires": (headers or {}).get("expires"),
         }  # fmt: skip
         if failed is not None:  # a chain or chord step whose predecessor failed
             exc, tb = errors.from_json(failed)
             raise errors.with_remote_traceback(exc, tb)
+        try:
+            return await run_task(ctx, meta, args, kwargs, expires_in)
+        except CancelRequested:  # revoked (or expired) and noticed here: Celery's signal
+            worker_signals.revoked(app, name, ctx.run_id, meta, expired=bool(meta.get("_expired")))
+            raise
+        except (LeaseGone, asyncio.CancelledError):
+            if worker_signals.lease_lost(ctx):  # terminated, or taken over after a stall
+                await worker_signals.revoked_if_terminated(app, name, ctx.run_id, meta)
+            raise
+
+    async def run_task(
+        ctx: WorkflowContext,
+        meta: dict[str, Any],
+        args: list[Any] | None,
+        kwargs: dict[str, Any] | None,
+        expires_in: float | None,
+    ) -> Any:
+        chain, link, link_error = meta["chain"], meta["link"], meta["link_error"]
+        root_id = meta["root_id"]
         if expires_in is not None and await ctx.step(
             "expiry", _expire_if_late, app, ctx.run_id, expires_in
         ):
+            meta["_expired"] = True
             await ctx.step("expired", _noop)  # the cancel takes effect at this boundary
         task = app.tasks[name]
         call_args, call_kwargs = list(args or []), dict(kwargs or {})
@@ -172,22 +205,28 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
                 await ctx.sleep(outcome.get("countdown") or 0.0, name=f"retry-{retries}")
             call_args = outcome.get("args", call_args)
             call_kwargs = outcome.get("kwargs", call_kwargs)
+            meta["eta"] = outcome.get("retry_eta")  # the retried attempt's request.eta
             retries += 1
         if outcome["kind"] == "replace":  # self.replace(sig): sig's result is ours
             outcome = await replace.follow(ctx, app, outcome, root_id or ctx.run_id)
         if outcome["kind"] == "ok":
             rest = None if outcome.get("chain_stopped") else chain
             if (link or rest) and not outcome.get("followed"):
-                await ctx.step(
-                    "callbacks", _after_success, app, ctx.run_id, outcome["value"], link, rest,
-                    root_id or ctx.run_id,
-                )  # fmt: skip
+                try:
+                    await ctx.step(
+                        "callbacks", _after_success, app, ctx.run_id, outcome["value"], link,
+                        rest, root_id or ctx.run_id,
+                    )  # fmt: skip
+                except Exception as error:  # the task succeeded all the same, as in Celery
+                    log.error("task %s[%s]: callbacks not queued: %r", name, ctx.run_id, error)
             return outcome["value"]
         if link_error or chain:
-            await ctx.step(
-                "errbacks", _after_failure, app, ctx.run_id, name, outcome["error"],
-                link_error, chain, call_args, call_kwargs,
-            )  # fmt: skip
+            try:
+                await Step(_after_failure, name="errbacks")(
+                    app, name, outcome["error"], link_error, chain, call_args, call_kwargs
+                )
+            except Exception as error:  # the task's own failure stands, as in Celery
+                log.error("task %s[%s]: errbacks not queued: %r", name, ctx.run_id, error)
         exc, tb = errors.from_json(outcome["error"])
         raise errors.with_remote_traceback(exc, tb)
 
@@ -200,8 +239,6 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
 def _expire_if_late(app: Celery, run_id: str, expires_in: float) -> bool:
     """Revoke this run if it started more than ``expires_in`` seconds after it was
     created (a beat entry's ``expires`` option)."""
-    import time
-
     handle = app.client().handle("", run_id)
     record = handle.record()
     if (record.started_at or time.time()) - record.created_at <= expires_in:
@@ -231,8 +268,8 @@ def _after_success(
 
 
 def _after_failure(
+    step_ctx: StepContext,
     app: Celery,
-    run_id: str,
     name: str,
     error: str,
     link_error: list[dict[str, Any]] | None,
@@ -240,29 +277,35 @@ def _after_failure(
     args: list[Any],
     kwargs: dict[str, Any],
 ) -> None:
+    """Show the task as FAILURE (Celery stores it before calling errbacks), queue the
+    old-style errbacks and mark the rest of the chain failed (store writes, safe to
+    repeat: a store error here retries the step), then call the new-style errbacks,
+    last, so that they run once: one that raises is logged, as Celery's worker logs it,
+    and changes nothing."""
+    from pyrula_compat.canvas import Signature
+
+    run_id = step_ctx.run_id
+    step_ctx.set_progress(states.FAILURE, {"error": error})
     exc, tb = errors.from_json(error)
     request = Context(
         id=run_id, task=name, args=codec.from_json(args), kwargs=codec.from_json(kwargs),
         called_directly=False,
     )  # fmt: skip
+    inline = []
     for data in link_error or ():
-        _call_errback(app, data, request, exc, tb)
+        sig = Signature.from_dict(data, app)
+        task = app.tasks.get(sig.task)
+        if task is not None and _arity(task) > 1:  # new style: (request, exc, traceback)
+            inline.append(sig)
+        else:  # old style: queued with the failed task's id
+            submit_signature(app, data, [run_id], {})
     for data in chain or ():
         mark_failed(app, data, error)
-
-
-def _call_errback(app: Celery, data: dict[str, Any], request: Context, exc: Any, tb: str) -> None:
-    """New-style errbacks (more than one parameter) run here with ``(request, exc,
-    traceback)``, as Celery's worker calls them; old-style ones are queued with the
-    failed task's id."""
-    from pyrula_compat.canvas import Signature
-
-    sig = Signature.from_dict(data, app)
-    task = app.tasks.get(sig.task)
-    if task is not None and _arity(task) > 1:
-        sig(request, exc, tb)
-        return
-    submit_signature(app, data, [request.id], {})
+    for sig in inline:
+        try:
+            sig(request, exc, tb)
+        except Exception:
+            log.exception("task %s[%s]: errback %s raised", name, run_id, sig.task)
 
 
 def _arity(task: Any) -> int:
@@ -349,19 +392,32 @@ def submit_signature(
             submit_signature(app, member, args, kwargs, options=options, extra=member_extra)
         return
     if kind == "chord":
-        _submit_chord(app, data, args, chain)
+        _submit_chord(app, data, args, chain, options)
         return
     _submit_task(app, data, args, kwargs, extra={**(extra or {}), "chain": chain or None},
                  options=options)  # fmt: skip
 
 
 def _submit_chord(
-    app: Celery, data: dict[str, Any], args: list[Any], chain: list[dict[str, Any]] | None
+    app: Celery,
+    data: dict[str, Any],
+    args: list[Any],
+    chain: list[dict[str, Any]] | None,
+    options: dict[str, Any] | None = None,
 ) -> None:
+    """The chord's run; ``countdown``/``eta`` hold it back (the header, then the body)."""
+    from pyrula_compat.calling import _when
+
     kw = data.get("kwargs") or {}
     header = (kw.get("header") or {}).get("kwargs", {}).get("tasks", [])
     chord_id = (data.get("options") or {}).get("task_id")
     params = {"header": header, "body": kw["body"], "args": codec.to_json(list(args))}
     if chain:
         params["chain"] = chain
-    app.client().submit("celery.chord", params, run_id=chord_id, idempotency_key=chord_id)
+    countdown = (options or {}).get("countdown")
+    delay = None if countdown is None else max(0.0, float(countdown))
+    start_at = _when((options or {}).get("eta")) if countdown is None else None
+    app.client().submit(
+        "celery.chord", params, run_id=chord_id, idempotency_key=chord_id, delay=delay,
+        start_at=start_at,
+    )  # fmt: skip

@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pyrula_compat.canvas import CHAIN, CHORD, GROUP, Signature, _iterable, maybe_signature
+from pyrula_compat.canvas import (
+    CHAIN,
+    CHORD,
+    GENERATED_ID,
+    GROUP,
+    Signature,
+    _iterable,
+    maybe_signature,
+)
+from pyrula_compat.canvas_links import attach, callbacks, check_arguments
 from pyrula_compat.result import AsyncResult, EagerResult, GroupResult
 from pyrula_compat.utils import uuid
 
@@ -86,33 +95,56 @@ class _chain(_Tasks):
         return results[-1] if results else None
 
     def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        """Submit the first step; each finished run submits the next. Returns the last
-        step's result, whose ``parent`` links back through the chain."""
+        """Submit the first step (with the other options: ``countdown``...); each
+        finished run submits the next. ``link`` goes to the last task, ``link_error`` to
+        every task (:mod:`~pyrula_compat.canvas_links`). Returns the last step's result,
+        whose ``parent`` links back through the chain."""
         app = self.app
         if app.conf.task_always_eager:
             return self.apply(args, kwargs, **options)
+        merged = {**self.options, **options}
+        link = callbacks(merged.pop("link", None), app)
+        link_error = callbacks(merged.pop("link_error", None), app)
+        merged.pop(GENERATED_ID, None)
         steps = self.steps()
         if not steps:
             return None
-        results = _freeze_steps(steps, options.pop("task_id", None))
+        check_arguments(steps[0], args, kwargs)
+        results = _freeze_steps(steps, merged.pop("task_id", None))
+        data = attach(_chain_json(steps), link, link_error)["kwargs"]["tasks"]
         from pyrula_compat import flows
 
         flows.submit_signature(
-            app, steps[0].as_json(), list(args or ()), dict(kwargs or {}),
-            chain=[s.as_json() for s in steps[1:]], options=options,
-        )  # fmt: skip
+            app, data[0], list(args or ()), dict(kwargs or {}), chain=data[1:], options=merged
+        )
         return results[-1]
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Run the steps here, one after another; ``link`` runs once, after the last."""
+        merged = {**self.options, **options}
+        link = callbacks(merged.pop("link", None), self.app)
+        link_error = callbacks(merged.pop("link_error", None), self.app)
+        task_id = merged.pop("task_id", None)
+        merged.pop(GENERATED_ID, None)
         last: Any = None
         call_args: Any = tuple(args or ())
-        for sig in self.steps():
-            res = sig.apply(call_args, kwargs if last is None else None, **options)
+        steps = self.steps()
+        for index, sig in enumerate(steps):
+            is_last = index == len(steps) - 1
+            if link or link_error:
+                data = attach(sig.as_json(), link if is_last else [], link_error)
+                sig = Signature.from_dict(data, self.app)
+            step_options = {**merged, "task_id": task_id} if is_last and task_id else merged
+            res = sig.apply(call_args, kwargs if last is None else None, **step_options)
             if isinstance(res, EagerResult) or hasattr(res, "get"):
                 res.parent = last
             last = res
             call_args = (res.get(),)
         return last
+
+
+def _chain_json(steps: list[Signature]) -> dict[str, Any]:
+    return {"subtask_type": CHAIN, "kwargs": {"tasks": [s.as_json() for s in steps]}}
 
 
 def _freeze_steps(steps: list[Signature], last_id: str | None) -> list[Any]:
@@ -156,6 +188,21 @@ class group(_Tasks):
     def __bool__(self) -> bool:
         return True
 
+    def link(self, callback: Any) -> Any:
+        """As in Celery: the first member's callback, made immutable (that member's
+        result alone would not be the group's)."""
+        sig = maybe_signature(callback, app=self._app)
+        if sig is None or not self.tasks:
+            return callback
+        return self.tasks[0].link(sig.clone().set(immutable=True))
+
+    def link_error(self, errback: Any) -> Any:
+        """As in Celery: a copy of the errback on every member (any can fail)."""
+        sig = maybe_signature(errback, app=self._app)
+        if sig is None:
+            return ()
+        return tuple(member.link_error(sig.clone()) for member in self.tasks)
+
     def freeze(self, _id: str | None = None, **kwargs: Any) -> GroupResult:  # type: ignore[override]
         group_id = self.options.get("task_id") or _id or uuid()
         self.options["task_id"] = group_id
@@ -164,15 +211,26 @@ class group(_Tasks):
         return GroupResult(group_id, members, app=self.app)
 
     def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Send every member with the partial ``args``; the group's options go to every
+        member. ``link=``/``link_error=`` raise TypeError, as in Celery: a callback after
+        the whole group is a chord, an errback goes on the members (:meth:`link_error`)."""
+        if options.get("link") is not None:
+            raise TypeError("Cannot add link to group: use a chord")
+        if options.get("link_error") is not None:
+            raise TypeError("Cannot add link to group: do that on individual tasks")
         app = self.app
         if app.conf.task_always_eager:
             return self.apply(args, kwargs, **options)
-        result = self.freeze(options.pop("task_id", None))
+        merged = {k: v for k, v in self.options.items() if k not in ("task_id", GENERATED_ID)}
+        merged.update(options)
+        link = callbacks(merged.pop("link", None), app)
+        link_error = callbacks(merged.pop("link_error", None), app)
+        check_arguments(self, args, kwargs)
+        result = self.freeze(merged.pop("task_id", None))
         from pyrula_compat import flows
 
-        flows.submit_signature(
-            app, self.as_json(), list(args or ()), dict(kwargs or {}), options=options
-        )
+        data = attach(self.as_json(), link, link_error)
+        flows.submit_signature(app, data, list(args or ()), dict(kwargs or {}), options=merged)
         return result
 
     def apply(  # type: ignore[override]
@@ -217,6 +275,21 @@ class chord(Signature):
     def __call__(self, body: Any = None, **options: Any) -> Any:
         return self.apply_async((), {"body": body} if body is not None else {}, **options)
 
+    def link(self, callback: Any) -> Any:
+        """The body's callback, as in Celery."""
+        body = self.body
+        if body is None:  # chord(header) called with its body later: attached then
+            return super().link(callback)
+        return body.link(callback)
+
+    def link_error(self, errback: Any) -> Any:
+        """The body's errback, as in Celery (by default, not the header's): it is called
+        with the ``ChordError`` when a header task fails."""
+        body = self.body
+        if body is None:
+            return super().link_error(errback)
+        return body.link_error(errback)
+
     def freeze(self, _id: str | None = None, **kwargs: Any) -> AsyncResult:
         """Fix the chord's ids: its run (the group id), the header's child runs
         (``<group id>.<position>``) and the body; return the body's result."""
@@ -244,18 +317,33 @@ class chord(Signature):
         app = self.app
         if app.conf.task_always_eager:
             return self.apply(args, kwargs, **options)
-        result = self.freeze(options.pop("task_id", None))
+        merged = {k: v for k, v in self.options.items() if k not in ("task_id", GENERATED_ID)}
+        merged.update(options)
+        link = callbacks(merged.pop("link", None), app)
+        link_error = callbacks(merged.pop("link_error", None), app)
+        if self.body is not None:
+            check_arguments(self, args, kwargs)
+        result = self.freeze(merged.pop("task_id", None))
+        data = self.as_json()
+        attach(data["kwargs"]["body"], link, link_error)
         from pyrula_compat import flows
 
-        flows.submit_signature(app, self.as_json(), list(args or ()), kwargs, options=options)
+        # countdown/eta hold back the whole chord (the header first, as in Celery 5.6)
+        flows.submit_signature(app, data, list(args or ()), kwargs, options=merged)
         return result
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         body = self.body
         if body is None:
             raise ValueError("a chord needs a body")
+        merged = {k: v for k, v in self.options.items() if k not in ("task_id", GENERATED_ID)}
+        merged.update(options)
+        link = callbacks(merged.pop("link", None), self.app)
+        link_error = callbacks(merged.pop("link_error", None), self.app)
+        if link or link_error:
+            body = Signature.from_dict(attach(body.as_json(), link, link_error), self.app)
         values = self.header.apply(args, kwargs).get(propagate=True)
-        return body.apply((values,), **options)
+        return body.apply((values,), **merged)
 
 
 chain = _chain

@@ -18,12 +18,13 @@ from pyrula.workflows import (
     InvalidRunState,
     RunNotFound,
     RunRecord,
+    RunStatus,
 )
 from pyrula.workflows.serialization import ErrorInfo
 from pyrula_compat import codec, states, store
 from pyrula_compat._state import get_current_app, get_current_worker_task
 from pyrula_compat.exceptions import TimeoutError
-from pyrula_compat.runstate import decode, info_of, state_of
+from pyrula_compat.runstate import REVOKED_TASK, decode, info_of, state_of
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
@@ -125,7 +126,9 @@ class AsyncResult(ResultBase):
     @property
     def name(self) -> str | None:
         record = self._record()
-        return record.workflow if record is not None else self.task_name
+        if record is None or record.workflow == REVOKED_TASK:  # revoked before it was sent
+            return self.task_name
+        return record.workflow
 
     def _params(self) -> dict[str, Any]:
         record = self._record()
@@ -196,7 +199,7 @@ class AsyncResult(ResultBase):
         deadline = None if timeout is None else time.monotonic() + timeout
         record = self._wait(deadline, interval)
         if record is None:
-            raise TimeoutError("The operation timed out.")
+            raise TimeoutError("The operation timed out." + self._unserved_note())
         state = state_of(record)
         if on_message is not None:
             on_message({"status": state, "result": info_of(record), "task_id": self.id})
@@ -256,6 +259,22 @@ class AsyncResult(ResultBase):
         if pause > 0:
             time.sleep(pause)
 
+    def _unserved_note(self) -> str:
+        """Why a timed-out task may not have run: it is queued and no running worker
+        serves its name (it runs once one that knows it starts)."""
+        try:
+            record = self.app.client().get_run(self.id)
+            if record is None or record.status is not RunStatus.QUEUED:
+                return ""
+            if served(self.app, record.workflow) is not False:
+                return ""
+        except Exception:  # only a hint: never hide the timeout behind another error
+            return ""
+        return (
+            f" Task {record.workflow!r} is still queued and no running worker has it "
+            "registered: it runs once a worker that knows it starts."
+        )
+
     def _is_terminal(self) -> bool:
         record = self._record()
         return record is not None and record.is_terminal
@@ -289,6 +308,17 @@ class AsyncResult(ResultBase):
         return ((self.id, parent.as_tuple() if parent is not None else None), None)
 
 
+def served(app: Celery, name: str) -> bool | None:
+    """Whether a running worker (one with a live heartbeat in the app's store) serves
+    task ``name``; None if the store could not say. One read of the workers' heartbeats."""
+    client = app.client()
+    try:
+        workers = client._call(client.store.list_workers(), timeout=5.0)
+    except Exception:
+        return None
+    return any(name in worker.workflows for worker in workers)
+
+
 # Defined after AsyncResult, which EagerResult extends.
 from pyrula_compat.result_types import (  # noqa: E402
     EagerResult,
@@ -304,5 +334,6 @@ __all__ = [
     "ResultBase",
     "ResultSet",
     "result_from_tuple",
+    "served",
     "state_of",
 ]

@@ -2,7 +2,8 @@
 
 queued (or no such run) ``PENDING``; running ``STARTED``, or the custom state the task
 reported with ``update_state``; sleeping between attempts ``RETRY`` (``info`` is the
-exception that caused the retry); waiting (a chord gathering its header) ``STARTED``;
+exception that caused the retry); failed but still calling its errbacks ``FAILURE`` (as
+Celery stores it first); waiting (a chord gathering its header) ``STARTED``;
 completed ``SUCCESS``; failed or dead ``FAILURE``; cancelled, terminated or expired
 ``REVOKED``.
 """
@@ -17,6 +18,9 @@ from pyrula_compat import codec, errors, states
 from pyrula_compat.exceptions import TaskRevokedError
 
 EXPIRED_ERROR = "RunExpired"
+REVOKED_TASK = "celery.revoked"
+"""The name of the revoked run ``app.control.revoke`` leaves under an id no run has yet,
+so that the task sent later with that id never runs (it reads REVOKED)."""
 
 
 def state_of(record: RunRecord | None) -> str:
@@ -54,13 +58,17 @@ def info_of(record: RunRecord | None) -> Any:
     state = state_of(record)
     if state == states.SUCCESS:
         return codec.from_json(decode(record.result))
-    if state == states.FAILURE:
+    if state == states.FAILURE and (record.error is not None or record.progress_info is None):
         return errors.from_json(record.error or "{}")[0]
     if state == states.REVOKED:
         return _revoked_error(record)
     if record.progress_info is not None and record.progress_state not in (None, states.STARTED):
         info = codec.from_json(decode(record.progress_info))
-        if record.progress_state == states.RETRY and isinstance(info, dict) and "error" in info:
+        if (
+            record.progress_state in (states.RETRY, states.FAILURE)
+            and isinstance(info, dict)
+            and "error" in info
+        ):  # waiting to retry, or failed and calling its errbacks
             return errors.from_json(info["error"])[0]
         return info
     return None

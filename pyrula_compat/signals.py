@@ -8,6 +8,10 @@ still run. The task signals fire in the worker around each attempt, in Celery's 
 that calls ``delay``. ``worker_init``/``worker_process_init``/``worker_ready`` fire when
 ``pyrula worker -A`` starts (it has no pool children: the worker is the process), and
 ``setup_logging``, when it has a receiver, replaces the CLI's logging set-up.
+``task_received``, ``task_revoked`` and ``task_unknown`` fire on the worker that takes,
+stops or finds the task (:mod:`pyrula_compat.worker_signals` says when). ``task_rejected``
+is never sent: Celery sends it for a message of an unknown type (not for ``Reject``), and
+a pyrula store holds no such thing.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ and run its system checks when ``DJANGO_SETTINGS_MODULE`` is set (which imports 
 URLconf and whatever it reaches), import the ``include``/``imports`` modules and the
 autodiscovered task modules, refuse non-JSON serializers, and send the worker signals.
 Once the store is open it syncs ``beat_schedule`` and says which queued tasks no worker
-here knows (they stay queued, never dropped).
+here knows (they stay queued, never dropped; a client sending one while no running
+worker serves it says so too: :func:`pyrula_compat.result.served`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunStatus, Store, WorkflowDefinition
-from pyrula_compat import beat, signals
+from pyrula_compat import beat, signals, worker_signals
+from pyrula_compat.exceptions import ImproperlyConfigured
+from pyrula_compat.runstate import REVOKED_TASK
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
@@ -70,22 +73,41 @@ class AppWorker:
         value = self.app.conf.worker_concurrency
         return int(value) if value else None
 
+    def use_store(self, url: str) -> None:
+        """Make the app in this process use the store ``url`` (``pyrula worker -A proj
+        --store URL``): the chains, callbacks and tasks its tasks queue go where the
+        worker serves. The environment's ``CELERY_BROKER_URL`` would win over the
+        setting, so it is set too; a result backend naming another server is dropped."""
+        os.environ["CELERY_BROKER_URL"] = url
+        self.app.conf.broker_url = url
+        try:
+            self.app.store_url()
+        except ImproperlyConfigured:
+            os.environ.pop("CELERY_RESULT_BACKEND", None)
+            self.app.conf.result_backend = None
+
     async def on_start(self, store: Store) -> None:
-        """Sync the beat schedule and report queued tasks nobody here serves."""
+        """Sync the beat schedule and report queued tasks nobody here serves (each run
+        also as ``task_unknown``)."""
+        worker_signals.consumer = self
         await beat.sync_schedules(self.app, store)
-        known = {d.name for d in self.definitions}
+        known = {d.name for d in self.definitions} | {REVOKED_TASK}
         queued = await store.list_runs(status=RunStatus.QUEUED, limit=1000)
-        unknown = Counter(r.workflow for r in queued if r.workflow not in known)
-        for name, count in sorted(unknown.items()):
+        unknown = [r for r in queued if r.workflow not in known]
+        for name, count in sorted(Counter(r.workflow for r in unknown).items()):
             log.warning(
                 "%d queued run(s) of unregistered task %r wait for a worker that knows it "
                 "(check the task's module is imported: include=, autodiscover_tasks())",
                 count,
                 name,
             )
+        for record in unknown:
+            worker_signals.unknown(record.workflow, record.run_id)
         signals.worker_ready.send(sender=self)
 
     def on_stop(self) -> None:
+        if worker_signals.consumer is self:
+            worker_signals.consumer = None
         signals.worker_shutting_down.send(
             sender=self.hostname, sig="SIGTERM", how="warm", exitcode=0
         )

@@ -3,7 +3,9 @@
 ``-A`` takes what ``celery -A`` takes: ``proj`` (its ``app`` or ``celery`` attribute,
 else its ``proj.celery`` module's app, else any app in the module), ``proj.module``,
 ``proj.module:attr`` or ``proj.module.attr``. The worker then serves every task of the
-app on the app's store (its broker URL) unless ``--store`` names another. Celery-only
+app on the app's store (its broker URL, ``PYRULA_STORE_URL`` only when the app names no
+broker: where its clients send tasks) unless ``--store`` on the command line names
+another, which the app in the worker then uses too. Celery-only
 flags are accepted so deployment scripts keep working, each with a one-line note of
 what pyrula does instead.
 """
@@ -11,6 +13,7 @@ what pyrula does instead.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -21,7 +24,9 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli.logging_setup import configure_logging
-from pyrula.cli.render import CliUsageError
+from pyrula.cli.render import CliUsageError, mask_url
+
+log = logging.getLogger("pyrula.cli.worker")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -185,6 +190,26 @@ class LoadedApp:
     @property
     def registry(self) -> Any:
         return self.app.registry
+
+    def serve_store(self, url: str | None, *, explicit: bool) -> str | None:
+        """The store to serve. ``--store`` given on the command line wins, and the app
+        in this process uses it too (so the chains and callbacks its tasks queue land
+        where it serves). Else the app's own store, as its clients elsewhere use it: its
+        broker URL, ``PYRULA_STORE_URL`` (``url`` then) only when the app names none;
+        a ``PYRULA_STORE_URL`` naming another store is ignored with a warning."""
+        if url and explicit:
+            self.setup.use_store(url)
+            return url
+        if self.store_url is None:
+            return url
+        if url and url != self.store_url:
+            log.warning(
+                "PYRULA_STORE_URL=%s ignored: serving the app's store %s (its broker URL), "
+                "where its clients send tasks; give --store to serve another",
+                mask_url(url),
+                mask_url(self.store_url),
+            )
+        return self.store_url
 
     async def on_start(self, store: Any) -> None:
         await self.setup.on_start(store)

@@ -222,8 +222,10 @@ def worker_command(
             raise CliUsageError("give --workflow MODULE (or -A APP for a Celery app)")
         configure_logging(loglevel)
     options = options_from_params(values)
+    if loaded is not None:  # the app's store, unless --store itself names one
+        store_url = loaded.serve_store(store_url, explicit=_given_on_command_line("store_url"))
     try:
-        store = open_store(store_url or (loaded.store_url if loaded else None))
+        store = open_store(store_url)
     except ConfigurationError as exc:
         raise CliUsageError(str(exc)) from None
     import_workflow_modules(modules)
@@ -250,6 +252,14 @@ def worker_command(
     finally:
         if loaded is not None:
             loaded.on_stop()
+
+
+def _given_on_command_line(param: str) -> bool:
+    """Whether ``param`` came from the command line (not its environment variable)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return True
+    return ctx.get_parameter_source(param) is not click.core.ParameterSource.ENVIRONMENT
 
 
 async def _serve(

@@ -1,13 +1,17 @@
-"""``app.control``: revoke (durable), and the inspect calls health checks use."""
+"""``app.control``: revoke (durable, even before the task is sent), and the inspect calls
+health checks use."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import InvalidRunState, RunNotFound, open_store
+from pyrula.workflows.errors import IdempotencyConflict
+from pyrula_compat.runstate import REVOKED_TASK
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
@@ -29,19 +33,35 @@ class Control:
     ) -> None:
         """Cancel the tasks durably: a queued or waiting one never runs, a running one
         stops at its next step boundary. ``terminate=True`` ends it at once (a body
-        already running may finish its effects; its result is discarded). An unknown
-        or finished id is ignored."""
+        already running may finish its effects; its result is discarded). A finished
+        id is left as it is. An id no task has yet is remembered, as Celery's workers
+        remember revoked ids, but in the store: a revoked run is left under it, so the
+        task sent later with that id is discarded (it never runs; it reads REVOKED)."""
         ids = [task_id] if isinstance(task_id, str) else list(task_id)
         client = self.app.client()
         for one in ids:
-            handle = client.handle("", str(one))
+            self._revoke_one(client, str(one), terminate)
+
+    def _revoke_one(self, client: Any, run_id: str, terminate: bool) -> None:
+        handle = client.handle("", run_id)
+        for _ in range(3):  # an unknown id: the tombstone, unless the task is sent meanwhile
             try:
                 if terminate:
                     handle.terminate()
                 else:
                     handle.cancel()
-            except (RunNotFound, InvalidRunState):
-                continue
+                return
+            except InvalidRunState:  # already ended
+                return
+            except RunNotFound:
+                pass
+            try:
+                created = client.submit(REVOKED_TASK, {}, run_id=run_id, idempotency_key=run_id)
+            except (InvalidRunState, IdempotencyConflict):
+                continue  # the task was sent meanwhile: revoke that run
+            with contextlib.suppress(InvalidRunState):  # revoked twice at once
+                created.cancel()
+            return
 
     def terminate(self, task_id: str | Iterable[str], signal: Any = None, **kwargs: Any) -> None:
         self.revoke(task_id, terminate=True, signal=signal)

@@ -1,0 +1,122 @@
+"""The worker-side task signals Celery sends outside an attempt's own run:
+``task_received``, ``task_revoked`` and ``task_unknown``.
+
+* ``task_received(sender=consumer, request=Request)``: a worker took the task and is
+  about to run an attempt of it (each attempt: a retry is a new message in Celery).
+  ``request`` is the worker's view of the task (Celery's ``celery.worker.request.Request``
+  fields: ``id``, ``name``, ``task`` the Task, ``args``, ``kwargs``, ``eta``, ...).
+* ``task_revoked(sender=task, request=Context, terminated, signum, expired)``: the
+  worker running the task noticed it was revoked (at a step boundary), terminated (its
+  lease taken away) or, for a beat entry's ``expires``, that it started too late. A task
+  revoked or expired while queued, or revoked while it waits to retry, ends in the store
+  without reaching a worker, so no worker sends it then.
+* ``task_unknown(sender=consumer, name, id, message=None, exc=NotRegistered)``: a worker
+  found a queued task of a name it does not serve (it stays queued, never discarded).
+
+The consumer (``sender``) is the :class:`~pyrula_compat.worker.AppWorker` serving the
+app in this process (``.app``, ``.hostname``), or None outside ``pyrula worker -A``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pyrula.workflows import RunStatus
+from pyrula_compat.app.task import Context
+from pyrula_compat.signals import task_received, task_revoked, task_unknown
+
+if TYPE_CHECKING:
+    from pyrula.workflows import WorkflowContext
+    from pyrula_compat.app.base import Celery
+    from pyrula_compat.app.task import Task
+
+log = logging.getLogger("pyrula_compat.worker")
+
+consumer: Any = None
+"""The AppWorker serving in this process (set when ``pyrula worker -A`` starts)."""
+
+
+class Request:
+    """What ``task_received`` gets: the worker's view of a task, with the fields of
+    Celery's worker ``Request`` (``task`` is the Task here; ``task_name`` its name)."""
+
+    def __init__(self, task: Task, context: Context) -> None:
+        self.task = task
+        self.name = self.task_name = task.name
+        self.id = self.task_id = context.id
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._context, name)
+
+    @property
+    def request_dict(self) -> dict[str, Any]:
+        fields = ("id", "args", "kwargs", "eta", "expires", "retries", "root_id", "parent_id")
+        return {"task": self.name, **{key: getattr(self._context, key) for key in fields}}
+
+    def __repr__(self) -> str:
+        return f"<Request: {self.name}[{self.id}]>"
+
+
+def received(task: Task, request: Context) -> None:
+    """``task_received`` for an attempt about to run (nothing built without receivers)."""
+    if task_received.has_listeners(consumer):
+        task_received.send(sender=consumer, request=Request(task, request))
+
+
+def revoked(
+    app: Celery,
+    name: str,
+    run_id: str,
+    meta: dict[str, Any],
+    *,
+    terminated: bool = False,
+    expired: bool = False,
+) -> None:
+    """``task_revoked`` for the task ``name`` this worker was running."""
+    task = app.tasks.get(name)
+    if task is None or not task_revoked.has_listeners(task):
+        return
+    request = Context(
+        id=run_id, task=name, root_id=meta.get("root_id") or run_id,
+        parent_id=meta.get("parent_id"), eta=meta.get("eta"), expires=meta.get("expires"),
+        called_directly=False,
+    )  # fmt: skip
+    task_revoked.send(
+        sender=task, request=request, terminated=terminated, signum=None, expired=expired
+    )
+
+
+def lease_lost(ctx: WorkflowContext) -> bool:
+    """Whether this worker lost the run's lease (terminated, or reclaimed after a stall),
+    rather than stopping it itself (shutdown)."""
+    execution = getattr(ctx, "_execution", None)
+    return bool(getattr(execution, "lost", False))
+
+
+async def revoked_if_terminated(app: Celery, name: str, run_id: str, meta: dict[str, Any]) -> None:
+    """``task_revoked(terminated=True)`` if the run was terminated (not merely taken over
+    by another worker after this one stalled): one read of the record, on this rare path."""
+    task = app.tasks.get(name)
+    if task is None or not task_revoked.has_listeners(task):
+        return
+    try:
+        record = await asyncio.to_thread(app.client().get_run, run_id)
+    except Exception as exc:  # the store is away: say nothing rather than guess
+        log.warning("task %s[%s]: lease lost, state unknown: %r", name, run_id, exc)
+        return
+    if record is not None and record.status is RunStatus.TERMINATED:
+        revoked(app, name, run_id, meta, terminated=True)
+
+
+def unknown(name: str, run_id: str) -> None:
+    """``task_unknown`` for a queued run of a task name this worker does not serve."""
+    if not task_unknown.has_listeners(consumer):
+        return
+    from pyrula_compat.exceptions import NotRegistered
+
+    task_unknown.send(sender=consumer, name=name, id=run_id, message=None, exc=NotRegistered(name))

@@ -1,0 +1,111 @@
+"""Tasks and signal receivers for ``test_audit_fixes*.py``, imported by the workers those
+tests start (``--workflow proj_audit``) and by the test process (to call the tasks).
+
+With ``AUDIT_SIGNALS=<path>`` in its environment (only the workers have it), the process
+appends one JSON line per ``task_received``/``task_revoked``/``task_unknown`` to
+``<path>``.
+"""
+
+import json
+import os
+import time
+
+from proj.celery import app
+
+from pyrula_compat import signals
+from pyrula_compat.result import AsyncResult
+
+
+def _append(path, line):
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+
+
+def _wait_for(path, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@app.task(name="proj_audit.broken_errback")
+def broken_errback(request, exc, traceback, path):
+    """A new-style errback that raises; logs each run and the failed task's state."""
+    _append(path, json.dumps({"id": request.id, "state": AsyncResult(request.id).state}))
+    raise RuntimeError("errback bug")
+
+
+@app.task(name="proj_audit.broken_link")
+def broken_link(value, path):
+    _append(path, json.dumps(value))
+    raise RuntimeError("link bug")
+
+
+@app.task(bind=True, name="proj_audit.request_times", max_retries=1)
+def request_times(self, retry_after=None):
+    """``self.request.eta``/``expires`` of each attempt; retries once if asked."""
+    seen = {"eta": self.request.eta, "expires": self.request.expires}
+    if retry_after is not None and self.request.retries == 0:
+        raise self.retry(countdown=retry_after)
+    return {"retries": self.request.retries, **seen}
+
+
+@app.task(bind=True, name="proj_audit.gated", max_retries=1)
+def gated(self, gate, marker, retry=False):
+    """Logs its start, waits for ``gate``, then retries once at once if asked."""
+    _append(marker, f"start {self.request.retries}")
+    _wait_for(gate)
+    if retry and self.request.retries == 0:
+        raise self.retry(countdown=0.5)
+    return "done"
+
+
+_SIGNALS = os.environ.get("AUDIT_SIGNALS")
+if _SIGNALS:
+
+    @signals.task_received.connect
+    def on_received(sender=None, request=None, **kwargs):
+        _append(
+            _SIGNALS,
+            json.dumps(
+                {
+                    "signal": "task_received",
+                    "sender": type(sender).__name__,
+                    "id": request.id,
+                    "name": request.name,
+                    "task": request.task.name,
+                    "args": list(request.args),
+                    "eta": request.eta,
+                }
+            ),
+        )
+
+    @signals.task_revoked.connect
+    def on_revoked(sender=None, request=None, terminated=None, signum=None, expired=None, **kw):
+        _append(
+            _SIGNALS,
+            json.dumps(
+                {
+                    "signal": "task_revoked",
+                    "sender": sender.name,
+                    "id": request.id,
+                    "terminated": terminated,
+                    "signum": signum,
+                    "expired": expired,
+                }
+            ),
+        )
+
+    @signals.task_unknown.connect
+    def on_unknown(sender=None, name=None, id=None, message=None, exc=None, **kwargs):
+        _append(
+            _SIGNALS,
+            json.dumps(
+                {
+                    "signal": "task_unknown",
+                    "sender": type(sender).__name__,
+                    "id": id,
+                    "name": name,
+                    "exc": type(exc).__name__,
+                }
+            ),
+        )

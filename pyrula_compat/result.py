@@ -313,7 +313,7 @@ def served(app: Celery, name: str) -> bool | None:
     task ``name``; None if the store could not say. One read of the workers' heartbeats."""
     client = app.client()
     try:
-        workers = client._call(client.store.list_workers(), timeout=5.0)
+        workers = client.list_workers(timeout=5.0)
     except Exception:
         return None
     return any(name in worker.workflows for worker in workers)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyrula.workflows.client import Delay, RunHandle, outcome_of
 from pyrula.workflows.client import WorkflowClient as AsyncWorkflowClient
 from pyrula.workflows.errors import PyrulaError, RunNotFound
-from pyrula.workflows.records import RunRecord, RunStatus
+from pyrula.workflows.records import RunRecord, RunStatus, WorkerInfo
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from pyrula.workflows.stores.base import Store
@@ -164,6 +164,10 @@ class WorkflowClient:
 
     def handle(self, workflow: str, run_id: str) -> SyncRunHandle:
         return SyncRunHandle(self, self._async.handle(workflow, run_id))
+
+    def list_workers(self, timeout: float | None = None) -> list[WorkerInfo]:
+        """Workers seen recently, most recent first (the store's ``list_workers``)."""
+        return self._call(self.store.list_workers(), timeout)
 
     def close(self) -> None:
         """Close the store and stop the loop thread. Idempotent."""

@@ -130,6 +130,17 @@ def broker_url(kind: str, tmp: Path, request: pytest.FixtureRequest) -> str:
     return f"{server.url}/0?namespace=compat{uuid.uuid4().hex[:10]}"
 
 
+@pytest.fixture
+def app() -> Any:
+    """An app of its own in eager mode (tasks run inline: no worker, no store to reach);
+    a module that needs another app defines its own ``app``."""
+    from pyrula_compat import Celery
+
+    app = Celery("eagerproj", broker="memory://", set_as_current=False)
+    app.conf.task_always_eager = True
+    return app
+
+
 @pytest.fixture(scope="module", params=["sqlite", "valkey"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param

@@ -26,13 +26,6 @@ from pyrula_compat.store import store_url
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture
-def app() -> Any:
-    app = Celery("eagerproj", broker="memory://", set_as_current=False)
-    app.conf.task_always_eager = True
-    return app
-
-
 def test_eager_delay_returns_an_eager_result(app: Any) -> None:
     @app.task
     def add(x, y):

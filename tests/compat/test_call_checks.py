@@ -8,15 +8,6 @@ from typing import Any
 
 import pytest
 
-from pyrula_compat import Celery
-
-
-@pytest.fixture
-def app() -> Any:
-    app = Celery("checks", broker="memory://", set_as_current=False)
-    app.conf.task_always_eager = True
-    return app
-
 
 def test_each_shape_is_checked_and_remembered_only_when_it_fits(app: Any) -> None:
     @app.task

@@ -30,13 +30,6 @@ def store_kind() -> str:
 
 # -- eager ---------------------------------------------------------------------------------
 @pytest.fixture
-def app() -> Any:
-    app = Celery("linkproj", broker="memory://", set_as_current=False)
-    app.conf.task_always_eager = True
-    return app
-
-
-@pytest.fixture
 def t(app: Any) -> Any:
     class Tasks:
         seen: list[Any] = []

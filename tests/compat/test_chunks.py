@@ -8,19 +8,12 @@ from typing import Any
 
 import pytest
 
-from pyrula_compat import Celery, chunks, group, xmap, xstarmap
+from pyrula_compat import chunks, group, xmap, xstarmap
 from pyrula_compat.canvas import Signature
 from pyrula_compat.result import GroupResult
 from tests.compat.conftest import Served
 
 T = 30
-
-
-@pytest.fixture
-def app() -> Any:
-    app = Celery("chunkproj", broker="memory://", set_as_current=False)
-    app.conf.task_always_eager = True
-    return app
 
 
 @pytest.fixture

@@ -9,19 +9,12 @@ from typing import Any
 
 import pytest
 
-from pyrula_compat import Celery, chain, chord, group, signature
+from pyrula_compat import chain, chord, group, signature
 from pyrula_compat.exceptions import ChordError
 from pyrula_compat.result import AsyncResult, GroupResult
 from tests.compat.conftest import Served
 
 T = 30
-
-
-@pytest.fixture
-def app() -> Any:
-    app = Celery("chunksbuiltin", broker="memory://", set_as_current=False)
-    app.conf.task_always_eager = True
-    return app
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pyrula_compat import Celery, Task, chain, chord, group, states
+from pyrula_compat import Task, chain, chord, group, states
 from pyrula_compat.exceptions import ChordError, ImproperlyConfigured
 from tests.compat.conftest import Served, Workers, broker_url, lines, proj_workers, wait_until
 
@@ -23,13 +23,6 @@ def tasks() -> Any:  # the project's own module, imported as the worker imports 
 
 
 # -- eager ---------------------------------------------------------------------------------
-@pytest.fixture
-def app() -> Any:
-    app = Celery("replaceproj", broker="memory://", set_as_current=False)
-    app.conf.task_always_eager = True
-    return app
-
-
 @pytest.fixture
 def eager(app: Any) -> Any:
     calls: list[Any] = []

@@ -24,6 +24,7 @@ from pyrula.workflows.errors import InvalidRunState
 from pyrula.workflows.records import RETRYABLE_STATUSES, JournalEntry, RunRecord
 from pyrula.workflows.serialization import decode
 from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.rules import retried_position
 
 CHILD = "child"
 """Journal kind of a child run's start; its value is the child's run id."""
@@ -62,12 +63,9 @@ def children_to_rerun(run: RunRecord, journal: Sequence[JournalEntry]) -> list[s
 
 
 def _failed_entry(run: RunRecord, entries: Mapping[int, JournalEntry]) -> JournalEntry | None:
-    """The entry ``store.retry_run`` removes (store-protocol.md, ``retry_run``), if any."""
-    position = run.failed_position
-    if position is None and entries:
-        position = max(entries)
-    entry = entries.get(position) if position is not None else None
-    return entry if entry is not None and not entry.ok else None
+    """The entry ``store.retry_run`` removes, if any."""
+    position = retried_position(run.failed_position, entries)
+    return None if position is None else entries[position]
 
 
 async def _retry_child(store: Store, parent_id: str, child_id: str) -> None:

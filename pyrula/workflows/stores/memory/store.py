@@ -38,6 +38,7 @@ from pyrula.workflows.stores.rules import (
     dead_letter_error,
     idempotency_conflict,
     idempotency_matches,
+    retried_position,
     same_entry,
 )
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
@@ -209,10 +210,9 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
                 low, high = backoff_range(failed)
                 for position in [p for p in journal if low <= p <= high]:
                     del journal[position]
-            elif journal:
-                failed = max(journal)
-            if failed is not None and failed in journal and not journal[failed].ok:
-                del journal[failed]
+            removed = retried_position(failed, journal)
+            if removed is not None:
+                del journal[removed]
             run = s.enqueue(
                 run,
                 self._clock(),

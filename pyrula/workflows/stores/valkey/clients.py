@@ -55,6 +55,13 @@ async def close_quietly(client: Any) -> None:
         await client.aclose()
 
 
+def drop_reply(task: asyncio.Future[Any]) -> None:
+    """Done callback of a command nobody waits for any more (a kept or abandoned blocking
+    wait): its reply, or its error, is retrieved and dropped."""
+    if not task.cancelled():
+        task.exception()
+
+
 CLOSE_ON_OTHER_LOOP = 1.0
 """Seconds ``close_on`` waits for another loop to close its client."""
 
@@ -173,8 +180,7 @@ class Parking:
     def _unpark(self, task: asyncio.Task[Any]) -> None:
         with self._lock:
             self._tasks.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: the reply, or why there was none, is dropped
+        drop_reply(task)
 
     def forget(self) -> None:
         """In a forked child: the parked tasks belong to the parent's loop."""

@@ -30,6 +30,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.base import RenewResult
 from pyrula.workflows.stores.rules import check_finish_outcome, dead_letter_error
+from pyrula.workflows.stores.valkey.clients import drop_reply
 from pyrula.workflows.stores.valkey.codec import entry_args, num, text, to_entry, to_run
 from pyrula.workflows.stores.valkey.core import (
     ValkeyCore,
@@ -100,7 +101,7 @@ class QueueOps(ValkeyCore):
                 "BLPOP", self._keys.wake(workflow), block, block=float(block)
             )
             task = asyncio.ensure_future(command)
-            task.add_done_callback(_retrieved)
+            task.add_done_callback(drop_reply)  # its error is the next claim's to meet
             self._wake_waits[loop, workflow] = task
         return task
 
@@ -384,10 +385,3 @@ class QueueOps(ValkeyCore):
                 if text(verdict) == "1":
                     dead.append(run_id)
         return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead))
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    """A kept wake-up wait ended: its error (the store closed, the server went away) is
-    the next claim's to meet, not an unretrieved exception's."""
-    if not task.cancelled():
-        task.exception()

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from pyrula.workflows.records import NewRun, RunRecord, ScheduleRecord, WorkerInfo
+from pyrula.workflows.stores.valkey.clients import drop_reply
 from pyrula.workflows.stores.valkey.codec import num, schedule_fields, text, to_schedule
 from pyrula.workflows.stores.valkey.core import ValkeyCore, monotonic
 
@@ -137,10 +138,10 @@ class ScheduleOps(ValkeyCore):
                 except asyncio.CancelledError:
                     # The reader stays blocked until its own timeout: cancelling it would
                     # close its connection. Its reply is dropped.
-                    read.add_done_callback(_drop)
+                    read.add_done_callback(drop_reply)
                     raise
                 if not read.done():
-                    read.add_done_callback(_drop)  # closing: the connection goes with it
+                    read.add_done_callback(drop_reply)  # closing: the connection goes with it
                     break
                 marker = _last_id(read.result())
                 if marker is not None:
@@ -233,8 +234,3 @@ def _last_id(reply: Any) -> str | None:
         return None
     entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
     return text(entries[-1][0]) if entries else None
-
-
-def _drop(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: nobody waits for this reply any more

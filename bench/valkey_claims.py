@@ -312,11 +312,15 @@ async def commands(server: BenchValkey, n: int) -> None:
     for name in ("claim", "step"):
         # Neither function runs a GET: a GET here is the store's periodic data-loss check
         # (one marker read per node every dataloss.CHECK_EVERY_CALLS calls), not the event.
-        checks = plain.deltas[name].calls.get("get", 0) / n
-        total = plain.deltas[name].total / n - checks
+        # A claim served by the ready list reads no shard hint (ZRANGEBYSCORE) but once
+        # per workflow every queue.HINT_EVERY seconds: that is a periodic read too.
+        calls = plain.deltas[name].calls
+        checks = calls.get("get", 0) / n
+        hints = calls.get("zrangebyscore", 0) / n if name == "claim" else 0.0
+        total = plain.deltas[name].total / n - checks - hints
         print(f"   {name}: {total:.2f} commands -> {'meets' if total <= 5 else 'MISSES'} "
               f"the target (counting the commands Lua runs; plus {checks:.3f} periodic "
-              "data-loss checks)")  # fmt: skip
+              f"data-loss checks and {hints:.3f} periodic shard-hint reads)")  # fmt: skip
     print()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from pyrula.workflows.records import (
@@ -107,6 +108,17 @@ async def running(store: Store, workflow: str = "wf", *, run_id: str | None = No
     """A freshly created and claimed run."""
     await create(store, workflow, run_id=run_id)
     return await claim_one(store, workflow)
+
+
+def idle_wait(store: Store, workflows: list[str], timeout: float = 10) -> asyncio.Task[None]:
+    """``wait_for_work`` as a worker calls it: after a claim that came up short (which
+    spends earlier wake-ups: a store may return spuriously once after a full claim)."""
+
+    async def wait() -> None:
+        assert await store.claim_runs("idle", workflows, 1, 30) == []
+        await store.wait_for_work(workflows, timeout=timeout)
+
+    return asyncio.create_task(wait())
 
 
 async def status(store: Store, run_id: str) -> RunStatus:

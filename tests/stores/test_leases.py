@@ -13,7 +13,7 @@ from pyrula.workflows.records import Lease, Outcome, RecoveryReport, RunStatus
 from pyrula.workflows.stores.base import RenewResult, Store
 
 from .conftest import START, FakeClock
-from .helpers import COMPLETED, TTL, claim_one, create, entry, running
+from .helpers import COMPLETED, TTL, claim_one, create, entry, idle_wait, running
 
 
 def ids(leases: list[Lease]) -> list[str]:
@@ -341,7 +341,7 @@ async def test_wait_for_work_is_woken_by_requeue(store: Store, clock: FakeClock,
     lease = await running(store)
     if how == "retry":
         await store.terminate_run(lease.run_id)
-    waiter = asyncio.create_task(store.wait_for_work(["wf"], timeout=10))
+    waiter = idle_wait(store, ["wf"])
     await asyncio.sleep(0.05)
     assert not waiter.done()
     if how == "release":

@@ -16,7 +16,7 @@ from pyrula.workflows.records import JournalEntry, RunStatus, Wait
 from pyrula.workflows.stores.base import Store
 
 from .conftest import START, FakeClock
-from .helpers import COMPLETED, TTL, claim_one, create, entry, running, status
+from .helpers import COMPLETED, TTL, claim_one, create, entry, idle_wait, running, status
 from .test_runs import PAYLOAD
 
 
@@ -56,7 +56,7 @@ async def test_signals_queue_in_order_per_name(store: Store) -> None:
 async def test_signal_wakes_a_run_waiting_for_it(store: Store, clock: FakeClock) -> None:
     lease = await running(store)
     await store.suspend_run(lease.run_id, lease.token, Wait(signal="go", wake_at=START + 100))
-    waiter = asyncio.create_task(store.wait_for_work(["wf"], timeout=10))
+    waiter = idle_wait(store, ["wf"])
     await asyncio.sleep(0.05)
     await store.send_signal(lease.run_id, "other", "1")
     assert await status(store, lease.run_id) is RunStatus.WAITING

@@ -11,7 +11,7 @@ from pyrula.workflows.records import RunStatus, Wait
 from pyrula.workflows.stores.base import Store
 
 from .conftest import START, FakeClock
-from .helpers import COMPLETED, TTL, create, entry, running, status
+from .helpers import COMPLETED, TTL, create, entry, idle_wait, running, status
 
 
 async def test_suspend_to_sleep(store: Store, clock: FakeClock) -> None:
@@ -134,7 +134,7 @@ async def test_fire_timers_ends_a_waiting_runs_deadline(store: Store, clock: Fak
 async def test_fire_timers_wakes_claimers(store: Store, clock: FakeClock) -> None:
     lease = await running(store)
     await store.suspend_run(lease.run_id, lease.token, Wait(wake_at=START + 1))
-    waiter = asyncio.create_task(store.wait_for_work(["wf"], timeout=10))
+    waiter = idle_wait(store, ["wf"])
     await asyncio.sleep(0.05)
     assert not waiter.done()
     clock.advance(1)

@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 RESYNC_INTERVAL = 30.0
 """On a cluster, how often a claimer rewrites its workflow's hints from every shard."""
 
+HINT_EVERY = 0.01
+"""Single node: a claim that its workflow's ready list can fill reads the shards' queues
+first at least this often (seconds), and for this long after it found the list dry; the
+most a due run in a shard's queue (a delayed one, say) waits behind a long ready list."""
+
 
 class QueueOps(ValkeyCore):
     """Claims, leases, journal writes, timers and recovery."""
@@ -56,6 +61,7 @@ class QueueOps(ValkeyCore):
     _cursor: dict[str, int]
     _resynced: dict[str, float]
     _recover_from: int
+    _shards_first: dict[str, tuple[float, float]]
     _wake_waits: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future[Any]]
 
     async def _block(self, closed: asyncio.Future[None], *command: Any) -> Any:
@@ -176,16 +182,28 @@ class QueueOps(ValkeyCore):
         above); shards stopped by flow control are finished here, one by one."""
         cursors = [self._cursor.get(workflow, 0) for workflow in workflows]
         owned = [str(shard) for shard in sorted(self._owned.get(worker_id, frozenset()))]
-        pairs = [str(x) for pair in zip(workflows, cursors, strict=True) for x in pair]
+        now = monotonic()
+        triples: list[str] = []
+        for workflow, cursor in zip(workflows, cursors, strict=True):
+            due_at, dry_until = self._shards_first.get(workflow, (0.0, 0.0))
+            triples += (workflow, str(cursor), "h" if now >= due_at or now < dry_until else "")
         reply = await self._server.call(
             "claim_due", self._keys.hint(workflows[0]), self.namespace, worker_id,
-            str(limit), num(ttl), str(len(workflows)), *pairs, *owned,
+            str(limit), num(ttl), str(len(workflows)), *triples, *owned,
         )  # fmt: skip
         leases: list[Lease] = []
         per_workflow = flat_text(await self._after(0, reply))
         reached = zip(workflows, cursors, per_workflow, strict=False)  # the limit may stop it
-        for workflow, cursor, (flat, blocked, visited) in reached:
+        for workflow, cursor, (flat, blocked, visited, flags) in reached:
             self._cursor[workflow] = cursor + int(visited)
+            # The shards are read first again after HINT_EVERY, and meanwhile too if the
+            # ready list ran dry (a workflow whose runs are all in the shards' queues).
+            due_at, dry_until = self._shards_first.get(workflow, (0.0, 0.0))
+            if "h" in flags:
+                due_at = now + HINT_EVERY
+            if "d" in flags:
+                dry_until = now + HINT_EVERY
+            self._shards_first[workflow] = (due_at, dry_until)
             leases += [lease_of(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             for i in range(0, len(blocked), 8):
                 shard, owed = int(blocked[i]), int(blocked[i + 1])
@@ -362,26 +380,41 @@ class QueueOps(ValkeyCore):
         await self._ensure_open()
         requeued: list[str] = []
         dead: list[str] = []
+        candidates: list[tuple[int, str, str]] = []  # (shard, run_id, token)
+        if not self.cluster:  # runs claimed from ready lists (claims.lua claim_ready)
+            ids, found = flat_text(
+                await self._server.call(
+                    "recover_lists",
+                    self._keys.meta,
+                    self.namespace,
+                    str(max_recoveries),
+                    str(limit),
+                )
+            )
+            requeued += ids
+            candidates += [
+                (int(found[i + 2]), found[i], found[i + 1]) for i in range(0, len(found), 3)
+            ]
         start = self._recover_from
         self._recover_from = (start + 1) % self.shard_count
         for step in range(self.shard_count):
-            remaining = limit - len(requeued) - len(dead)
+            remaining = limit - len(requeued) - len(candidates)
             if remaining <= 0:
                 break
             shard = (start + step) % self.shard_count
-            ids, candidates = flat_text(
+            ids, found = flat_text(
                 await self._shard("recover", shard, str(max_recoveries), str(remaining))
             )
             requeued += ids
-            for i in range(0, len(candidates), 2):
-                run_id, token = candidates[i], candidates[i + 1]
-                run = await self.get_run(run_id)
-                if run is None:
-                    continue
-                error = dead_letter_error(run, max_recoveries)
-                verdict = await self._shard(
-                    "dead_letter", shard, run_id, token, str(max_recoveries), error
-                )
-                if text(verdict) == "1":
-                    dead.append(run_id)
+            candidates += [(shard, found[i], found[i + 1]) for i in range(0, len(found), 2)]
+        for shard, run_id, token in candidates:
+            run = await self.get_run(run_id)
+            if run is None:
+                continue
+            error = dead_letter_error(run, max_recoveries)
+            verdict = await self._shard(
+                "dead_letter", shard, run_id, token, str(max_recoveries), error
+            )
+            if text(verdict) == "1":
+                dead.append(run_id)
         return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead))

@@ -85,16 +85,22 @@ local function next_owner(c, wf, okey, skip, held, first)
 end
 
 -- r, queued and due, becomes running under a lease of worker's; the caller takes it out
--- of the queue indexes and adds it to the lease index (lz). Its fencing token is one more
--- than the greater of its claim count and its last token, so a run's tokens only go up
--- (terminate moves the token on too: fence_token) and a claim costs no counter write.
+-- of the queue indexes and adds it to the lease index (lz), or, with lz nil, has moved it
+-- into the in-flight list (see list_entry). Its fencing token is one more than the
+-- greater of its claim count and its last token, so a run's tokens only go up (terminate
+-- moves the token on too: fence_token) and a claim costs no counter write.
 local function start_lease(c, r, worker, ttl, leases, lz)
   local expires = fmt(c.now + ttl)
-  set_fields(c, r, {st = 'running', wk = worker, tk = fence_token(r), le = expires,
-                    cl = tostring(tonumber(r.cl or '0') + 1), ua = fmt(c.now),
-                    sa = r.sa or fmt(c.now), ex = NIL, xe = NIL})
-  lz[#lz + 1] = expires
-  lz[#lz + 1] = r.id
+  local changes = {st = 'running', wk = worker, tk = fence_token(r), le = expires,
+                   cl = tostring(tonumber(r.cl or '0') + 1), ua = fmt(c.now),
+                   sa = r.sa or fmt(c.now), ex = NIL, xe = NIL}
+  if lz == nil then
+    changes.q = 'i'
+  else
+    lz[#lz + 1] = expires
+    lz[#lz + 1] = r.id
+  end
+  set_fields(c, r, changes)
   leases[#leases + 1] = r.id
   leases[#leases + 1] = pack_run(r)
 end
@@ -248,15 +254,42 @@ register('claim', function(keys, argv)
   return done(c, {leases, blocked})
 end)
 
--- Claim up to limit runs of wf on its due shards (hint prefix hp), appending followups
--- to follow. Returns the leases, the shards stopped by flow control ({shard, owed,
--- blocked (6 fields), ...}), how many shards it visited, and how many runs it owes.
+-- Claim up to limit runs from wf's ready list (hint prefix hp), each moved into the
+-- in-flight list with one LMOVE (see list_entry), appending them to leases and followups
+-- to follow. Returns how many it claimed and whether the list ran dry.
+local function claim_ready(hp, now, ns, worker, limit, ttl, leases, follow)
+  local claimed = 0
+  while claimed < limit do
+    local e = redis.call('LMOVE', hp .. 'r', hp .. 'i', 'LEFT', 'LEFT')
+    if not e then return claimed, true end
+    local shard, id = split_entry(e)
+    local c = shard_ctx(shard_prefix(ns, shard), now, ns, shard)
+    local r = load_run(c, id)
+    if r == nil or r.st ~= 'queued' or r.q ~= 'r' then
+      redis.call('LREM', hp .. 'i', 1, e)  -- its record is gone (data loss): drop it
+    elseif r.ex and tonumber(r.ex) <= now then
+      redis.call('LREM', hp .. 'i', 1, e)
+      r.q = 'x'
+      expired(c, r)
+      for _, x in ipairs(done(c, '')[4]) do follow[#follow + 1] = x end
+    else
+      start_lease(c, r, worker, ttl, leases, nil)
+      claimed = claimed + 1
+    end
+  end
+  return claimed, false
+end
+
+-- Claim up to limit runs of wf on its due shards (hint prefix hp), appending them to
+-- leases and followups to follow. Returns the shards stopped by flow control ({shard,
+-- owed, blocked (6 fields), ...}), how many shards it visited, how many runs it claimed
+-- and owes, and whether it drained every due shard.
 -- The due shards are visited in a fixed order (their names sorted as strings: not the
 -- hint's, which changes as a shard's hint is rewritten, and would skip shards), rotated
 -- by the cursor, the worker's own shards first. Nothing is converted or copied: Lua is
 -- slow per element here, and with 64 shards due converting and copying them cost more
 -- than the claim itself.
-local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow)
+local function claim_shards(hp, now, ns, wf, worker, limit, ttl, cursor, own, leases, follow)
   local due = redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(now))
   local groups = {due}
   if next(own) ~= nil then
@@ -268,7 +301,7 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
     groups = {mine, others}
   end
   for _, group in ipairs(groups) do table.sort(group) end
-  local leases, blocked = {}, {}
+  local blocked = {}
   local claimed, owed, visited = 0, 0, 0
   local left = {}  -- shard -> whether its last visit left a due run
   for _, group in ipairs(groups) do
@@ -302,15 +335,45 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
       open, first = still, 0
     end
   end
-  -- The wake-ups pushed so far are spent when this claim came up short or drained every
-  -- due shard. Otherwise due runs are left (a later claim's, or a woken waiter's: not a
-  -- spurious wake-up), and the DEL is saved.
   local drained = 0
   for _, more in pairs(left) do
     if not more then drained = drained + 1 end
   end
-  if claimed < limit or drained == #due then redis.call('DEL', hp .. 'wake') end
-  return leases, blocked, visited, owed
+  return blocked, visited, claimed, owed, drained == #due
+end
+
+local HINT_FIRST = 'h'
+
+-- Claim up to limit runs of wf: from its ready list, then its due shards if that came up
+-- short; or, with mode HINT_FIRST, the other way round (the caller asks for that now and
+-- then, so runs in the shards' queues, such as delayed ones, are not left behind a long
+-- ready list; and while the ready list is found dry). Returns the leases, the shards
+-- stopped by flow control, how many shards it visited, how many runs it owes, and flags:
+-- 'h' when the shards were read, 'd' when the ready list ran dry.
+local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow, mode)
+  local leases, blocked, visited, owed = {}, {}, 0, 0
+  local taken, dry, drained, flags = 0, false, true, ''
+  if mode ~= HINT_FIRST then
+    taken, dry = claim_ready(hp, now, ns, worker, limit, ttl, leases, follow)
+  end
+  if taken < limit then
+    local claimed
+    blocked, visited, claimed, owed, drained = claim_shards(
+      hp, now, ns, wf, worker, limit - taken, ttl, cursor, own, leases, follow)
+    taken = taken + claimed
+    flags = 'h'
+    if mode == HINT_FIRST and taken + owed < limit then
+      local more
+      more, dry = claim_ready(hp, now, ns, worker, limit - taken - owed, ttl, leases, follow)
+      taken = taken + more
+    end
+  end
+  if dry then flags = flags .. 'd' end
+  -- The wake-ups pushed so far are spent when this claim came up short, or drained every
+  -- due shard and the ready list. Otherwise due runs are left (a later claim's, or a woken
+  -- waiter's: not a spurious wake-up), and the DEL is saved.
+  if taken < limit or (drained and dry) then redis.call('DEL', hp .. 'wake') end
+  return leases, blocked, visited, owed, flags
 end
 
 -- Single node only (it touches every shard's keys): for each workflow in the order given,
@@ -322,23 +385,25 @@ end
 -- (at least CLAIM_SHARE), and a shard that gave all it was asked stays open. A workflow
 -- the limit did not reach is left alone, its wake list too.
 -- KEYS[1] the first workflow's hint prefix; ARGV[2..] namespace, worker_id, limit,
--- lease_ttl, n, then n (workflow, cursor) pairs, then the worker's own shards
+-- lease_ttl, n, then n (workflow, cursor, mode) triples (mode: HINT_FIRST or '', see
+-- claim_due_wf), then the worker's own shards
 -- -> {payload = {{{run_id, packed run, ...}, {shard, owed, blocked (6 fields), ...},
---     shards visited} per workflow reached}, {}, {}, followups}
+--     shards visited, flags} per workflow reached}, {}, {}, followups}
 register('claim_due', function(keys, argv)
   local now = now_of(argv[1])
   local ns, worker = argv[2], argv[3]
   local limit, ttl, n = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
   local own = {}
-  for i = 7 + 2 * n, #argv do own[argv[i]] = true end
+  for i = 7 + 3 * n, #argv do own[argv[i]] = true end
   local out, follow, taken = {}, {}, 0
   for j = 0, n - 1 do
     if taken >= limit then break end
-    local wf, cursor = argv[7 + 2 * j], tonumber(argv[8 + 2 * j])
-    local leases, blocked, visited, owed = claim_due_wf(
-      hint_prefix(ns, wf), now, ns, wf, worker, limit - taken, ttl, cursor, own, follow)
+    local at = 7 + 3 * j
+    local wf, cursor, mode = argv[at], tonumber(argv[at + 1]), argv[at + 2]
+    local leases, blocked, visited, owed, flags = claim_due_wf(
+      hint_prefix(ns, wf), now, ns, wf, worker, limit - taken, ttl, cursor, own, follow, mode)
     taken = taken + #leases / 2 + owed
-    out[#out + 1] = {leases, blocked, tostring(visited)}
+    out[#out + 1] = {leases, blocked, tostring(visited), flags}
   end
   return {out, {}, {}, follow}
 end)
@@ -347,6 +412,7 @@ register('fire', function(keys, argv)
   local c = ctx(keys, argv)
   local due = redis.call('ZRANGEBYSCORE', c.P .. K.all_timers, '-inf', fmt(c.now), 'LIMIT', 0,
                          tonumber(argv[4]))
+  table.sort(due)  -- all are queued as of now: FIFO by submission ("%012d:run" members)
   for _, m in ipairs(due) do enqueue(c, load_run(c, member_id(m)), c.now) end
   return done(c, tostring(#due))
 end)

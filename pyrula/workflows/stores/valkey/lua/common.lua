@@ -32,10 +32,12 @@ local function fail(code, msg) error({err = 'PYRULA_' .. code .. ' ' .. msg}) en
 -- its wake list), removed (a run left its queue), lower (the earliest available_at
 -- queued by this call), keep (a claim knows the shard still has due work), solo_due (a
 -- claim of the solo default owner saw the shard's next queued run: its available_at, or
--- '' for none; with no other owner queued there is no other queue to read).
+-- '' for none; with no other owner queued there is no other queue to read), ready (a run
+-- went into its ready list: only the wake list is pushed).
 local function shard_ctx(P, now, ns, shard)
   return {P = P, now = now, ns = ns, shard = shard, touched = {}, tt = {}, wake = {},
-          removed = {}, lower = {}, keep = {}, solo_due = {}, timers = false, follow = {}}
+          removed = {}, lower = {}, keep = {}, solo_due = {}, ready = {}, timers = false,
+          follow = {}}
 end
 
 local function ctx(keys, argv)
@@ -166,10 +168,31 @@ local function follow(c, kind, a, b, d)
   c.follow[#c.follow + 1] = {kind, a or '', b or '', d or ''}
 end
 
+-- Single node: the default owner's runs of a workflow in which no run has ever had an
+-- owner (no 'm' key under its hint prefix: mark_owned) wait, when queued due at once
+-- (submitted with no delay or start_at, released, recovered, retried, woken) and not under
+-- flow control, at the tail of the workflow's ready list (hint prefix 'r') instead of in
+-- their shard's queue: FIFO by available_at, as the shard's queue would order them. A
+-- claim moves one into the in-flight list ('i') with one LMOVE, and that
+-- list, not the shard's lease index, is where the orphan scan finds it (recover_lists).
+-- An entry is "<shard>:<run_id>"; the run's field q says where it is: 'r' while queued in
+-- the ready list, 'i' while running from the in-flight list, '' (or absent) elsewhere;
+-- 'x' only in memory, for a run its caller has already taken off the ready list.
+local function list_entry(c, id) return c.shard .. ':' .. id end
+
+local function split_entry(e)
+  local k = string.find(e, ':', 1, true)
+  return string.sub(e, 1, k - 1), string.sub(e, k + 1)
+end
+
 -- Take r out of the indexes of its current status.
 local function leave(c, r)
   local w = kpart(r.wf)
-  if r.st == 'queued' then
+  if r.st == 'queued' and (r.q == 'r' or r.q == 'x') then
+    if r.q == 'r' then
+      redis.call('LREM', hint_prefix(c.ns, r.wf) .. 'r', 1, list_entry(c, r.id))
+    end
+  elseif r.st == 'queued' then
     redis.call('ZREM', qkey(c, r.wf, r.ow), member(r))
     if r.ow ~= '' then redis.call('ZREM', c.P .. K.due .. w, r.id) end  -- see first_due
     refresh_owner(c, r.wf, r.ow)
@@ -177,7 +200,11 @@ local function leave(c, r)
     c.removed[r.wf] = true
     c.keep[r.wf] = nil
   elseif r.st == 'running' then
-    redis.call('ZREM', c.P .. K.leases, r.id)
+    if r.q == 'i' then  -- from the tail: the oldest claims, likeliest to end first
+      redis.call('LREM', hint_prefix(c.ns, r.wf) .. 'i', -1, list_entry(c, r.id))
+    else
+      redis.call('ZREM', c.P .. K.leases, r.id)
+    end
     if r.fc then follow(c, 'flow_release', r.wf, r.ow, r.id) end
   elseif r.wa then
     redis.call('ZREM', c.P .. K.timers .. w, member(r))
@@ -188,19 +215,32 @@ local function leave(c, r)
   end
 end
 
--- Make r queued, claimable from avail, stamped with the workflow's claim counter
--- (unless its owner is solo: see solo()).
+-- Make r queued, claimable from avail: at the tail of its workflow's ready list when it
+-- may wait there (see list_entry: single node, the default owner, due now, no flow
+-- control, a workflow no owned run was submitted to), else in its shard's queue, stamped
+-- with the workflow's claim counter (unless its owner is solo: see solo()).
 local function enqueue(c, r, avail, changes)
   leave(c, r)
   changes = changes or {}
   changes.st = 'queued'
   changes.aa = fmt(avail)
   changes.ua = fmt(c.now)
-  local lone = (changes.ow or r.ow) == '' and solo(c, r.wf)  -- a new run: ow in changes
-  if not lone then changes.sp = redis.call('GET', c.P .. K.counter .. kpart(r.wf)) or '0' end
   -- le stays: it only means something while running (codec.to_run), and leaving it
   -- saves an HDEL.
   changes.wa, changes.ws, changes.wc = NIL, NIL, NIL
+  local owner = changes.ow or r.ow  -- a new run: its fields are in changes
+  if c.ns ~= '' and owner == '' and avail == c.now
+      and not (changes.fk or changes.fc or r.fk or r.fc)
+      and redis.call('EXISTS', hint_prefix(c.ns, r.wf) .. 'm') == 0 then
+    changes.q = 'r'
+    set_fields(c, r, changes)
+    redis.call('RPUSH', hint_prefix(c.ns, r.wf) .. 'r', list_entry(c, r.id))
+    c.ready[r.wf] = true
+    return
+  end
+  local lone = owner == '' and solo(c, r.wf)
+  if not lone then changes.sp = redis.call('GET', c.P .. K.counter .. kpart(r.wf)) or '0' end
+  if r.q ~= nil and r.q ~= '' then changes.q = '' end  -- off the lists (an HSET, no HDEL)
   set_fields(c, r, changes)
   local q = qkey(c, r.wf, r.ow)
   redis.call('ZADD', q, fmt(avail), member(r))
@@ -353,10 +393,13 @@ local function due_hint(c, wf)
 end
 
 local function done_inline(c)
+  for wf in pairs(c.ready) do
+    if not c.touched[wf] then push_wake(hint_prefix(c.ns, wf)) end
+  end
   for wf in pairs(c.touched) do
     local timer = nil
     if c.tt[wf] then timer = first_score(c.P .. K.timers .. kpart(wf)) end
-    write_hint(hint_prefix(c.ns, wf), c.shard, due_hint(c, wf), timer, c.wake[wf])
+    write_hint(hint_prefix(c.ns, wf), c.shard, due_hint(c, wf), timer, c.wake[wf] or c.ready[wf])
   end
   if c.timers then
     write_hint(timer_hint_prefix(c.ns), c.shard, first_score(c.P .. K.all_timers), nil, nil)
@@ -385,6 +428,31 @@ local function done(c, payload)
     for i = 1, 4 do flat[#flat + 1] = f[i] end
   end
   return {payload, hints, th, flat}
+end
+
+-- A run with an owner is about to be queued in wf: from now on (for good) wf's runs go
+-- through the shards' fair queues, so the ready list's runs move there first, keeping
+-- their available_at. Costs one SET per owned submission; the move happens once.
+local function mark_owned(c, wf)
+  local hp = hint_prefix(c.ns, wf)
+  if not redis.call('SET', hp .. 'm', '1', 'NX') then return end
+  local items = redis.call('LRANGE', hp .. 'r', 0, -1)
+  redis.call('DEL', hp .. 'r')
+  local others = {}
+  for _, e in ipairs(items) do
+    local shard, id = split_entry(e)
+    local cs = c
+    if shard ~= c.shard then
+      cs = others[shard] or shard_ctx(shard_prefix(c.ns, shard), c.now, c.ns, shard)
+      others[shard] = cs
+    end
+    local r = load_run(cs, id)
+    if r ~= nil and r.st == 'queued' and r.q == 'r' then
+      r.q = 'x'  -- off the ready list already
+      enqueue(cs, r, tonumber(r.aa))
+    end
+  end
+  for _, cs in pairs(others) do done(cs, '') end
 end
 
 local function register(name, fn)

@@ -27,6 +27,11 @@
 --   recover        ARGV[4..] max_recoveries, limit -> {{requeued ids}, {run_id, token, ...}
 --                  of runs past max_recoveries, to dead-letter}
 --   dead_letter    ARGV[4..] run_id, token, max_recoveries, error -> '1' | '0'
+-- Single node only (it touches every shard's keys):
+--   recover_lists  KEYS[1] the meta hash; ARGV[2..] namespace, max_recoveries, limit
+--                  -> {{requeued ids}, {run_id, token, shard, ...} to dead-letter}:
+--                  recover's work for runs claimed from a ready list (common.lua
+--                  list_entry), found in each recorded workflow's in-flight list
 
 register('renew', function(keys, argv)
   local c = ctx(keys, argv)
@@ -41,7 +46,7 @@ register('renew', function(keys, argv)
       out[#out + 1] = 'lost'
     else
       set_fields(c, r, {le = fmt(expires)})
-      redis.call('ZADD', c.P .. K.leases, fmt(expires), r.id)
+      if r.q ~= 'i' then redis.call('ZADD', c.P .. K.leases, fmt(expires), r.id) end
       if r.fc then follow(c, 'flow_renew', r.wf, r.ow, r.id) end
       out[#out + 1] = r.cr == '1' and 'cancel' or 'ok'
     end
@@ -181,6 +186,23 @@ register('suspend', function(keys, argv)
   return done(c, '1')
 end)
 
+-- r's lease expired: queue it again, or, past max_recoveries, add it to dead (with extra,
+-- the caller's, after it) for the caller to dead-letter.
+local function recover_run(c, r, max_recoveries, requeued, dead, extra)
+  local recoveries = tonumber(r.rc or '0') + 1
+  if recoveries > max_recoveries then
+    dead[#dead + 1] = r.id
+    dead[#dead + 1] = r.tk
+    if extra then dead[#dead + 1] = extra end
+  else
+    enqueue(c, r, c.now, {rc = tostring(recoveries)})
+    requeued[#requeued + 1] = r.id
+  end
+end
+
+-- Runs requeued in one call are all queued as of now: FIFO by submission among them.
+local function by_submission(a, b) return tonumber(a.r.sq) < tonumber(b.r.sq) end
+
 register('recover', function(keys, argv)
   local c = ctx(keys, argv)
   local max_recoveries, limit = tonumber(argv[4]), tonumber(argv[5])
@@ -188,19 +210,42 @@ register('recover', function(keys, argv)
   if limit > 0 then
     local ids = redis.call('ZRANGEBYSCORE', c.P .. K.leases, '-inf', fmt(c.now), 'LIMIT', 0,
                            limit)
-    for _, id in ipairs(ids) do
-      local r = load_run(c, id)
-      local recoveries = tonumber(r.rc or '0') + 1
-      if recoveries > max_recoveries then
-        dead[#dead + 1] = id
-        dead[#dead + 1] = r.tk
-      else
-        enqueue(c, r, c.now, {rc = tostring(recoveries)})
-        requeued[#requeued + 1] = id
+    local lapsed = {}
+    for _, id in ipairs(ids) do lapsed[#lapsed + 1] = {r = load_run(c, id)} end
+    table.sort(lapsed, by_submission)
+    for _, x in ipairs(lapsed) do recover_run(c, x.r, max_recoveries, requeued, dead) end
+  end
+  return done(c, {requeued, dead})
+end)
+
+register('recover_lists', function(keys, argv)
+  local now, ns = now_of(argv[1]), argv[2]
+  local max_recoveries, limit = tonumber(argv[3]), tonumber(argv[4])
+  local lapsed = {}
+  for _, field in ipairs(redis.call('HKEYS', keys[1])) do
+    if #lapsed >= limit then break end
+    if string.sub(field, 1, 2) == 'w:' then
+      local hp = hint_prefix(ns, string.sub(field, 3))
+      for _, e in ipairs(redis.call('LRANGE', hp .. 'i', 0, -1)) do
+        if #lapsed >= limit then break end
+        local shard, id = split_entry(e)
+        local c = shard_ctx(shard_prefix(ns, shard), now, ns, shard)
+        local r = load_run(c, id)
+        if r == nil or r.st ~= 'running' or r.q ~= 'i' then
+          redis.call('LREM', hp .. 'i', 1, e)  -- its record is gone (data loss): drop it
+        elseif tonumber(r.le) <= now then
+          lapsed[#lapsed + 1] = {c = c, r = r, shard = shard}
+        end
       end
     end
   end
-  return done(c, {requeued, dead})
+  table.sort(lapsed, by_submission)
+  local requeued, dead = {}, {}
+  for _, x in ipairs(lapsed) do
+    recover_run(x.c, x.r, max_recoveries, requeued, dead, x.shard)
+    done(x.c, '')
+  end
+  return {requeued, dead}
 end)
 
 register('dead_letter', function(keys, argv)

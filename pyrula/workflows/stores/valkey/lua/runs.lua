@@ -41,6 +41,7 @@ local function insert_run(c, a, i)
   if fk ~= '' then fields.fk, fields.fr, fields.fb = fk, fr, fb end
   if fc ~= '' then fields.fc = fc end
   if ex ~= '' then fields.ex, fields.xe = ex, xe end
+  if c.ns ~= '' and owner ~= '' then mark_owned(c, wf) end  -- single node: see list_entry
   enqueue(c, r, avail, fields)
   redis.call('ZADD', c.P .. K.all, fmt(c.now), member(r))
   if parent ~= '' then

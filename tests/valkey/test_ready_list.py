@@ -1,0 +1,113 @@
+"""Single node: the ready list (lua/common.lua ``list_entry``). Runs of the default owner
+due when submitted wait in their workflow's ready list; a claim moves one into the
+in-flight list with one LMOVE. These tests look at the keys themselves, and at what the
+layout must not cost: fairness once a tenant shows up, recovery of a crashed claim, and
+runs in the shards' queues (delayed, recovered) not left behind a long ready list."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pyrula.workflows.records import RunStatus
+from pyrula.workflows.stores.valkey import ValkeyStore
+from pyrula.workflows.stores.valkey.queue import HINT_EVERY
+from tests.stores.helpers import COMPLETED, TTL, create
+
+from .conftest import MakeStore
+
+
+async def lengths(store: ValkeyStore, workflow: str = "wf") -> tuple[int, int]:
+    """(ready, in flight) list lengths of the workflow."""
+    raw = store._server.client()
+    hint = store._keys.hint(workflow)
+    return int(await raw.llen(hint + "r")), int(await raw.llen(hint + "i"))
+
+
+async def test_a_run_goes_from_the_ready_list_to_in_flight_and_out(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    run_id = await create(store)
+    assert await lengths(store) == (1, 0)
+    [lease] = await store.claim_runs("w", ["wf"], 5, TTL)
+    assert lease.run_id == run_id and await lengths(store) == (0, 1)
+    await store.renew_leases("w", [(run_id, lease.token)], TTL)
+    await store.finish_run(run_id, lease.token, COMPLETED)
+    assert await lengths(store) == (0, 0)
+    raw = store._server.client()
+    assert await raw.zcard(store._keys.shard(store._keys.shard_of(run_id)) + "l") == 0
+
+
+async def test_a_tenant_moves_the_workflow_to_the_fair_queues(make_store: MakeStore) -> None:
+    store = await make_store("single", shard_count=4)
+    default = [await create(store) for _ in range(40)]
+    assert await lengths(store) == (40, 0)
+    tenant = await create(store, owner="t1")
+    # The ready list moved to the shards' queues: the tenant is served within two passes
+    # over the 4 shards, not after the 40 runs queued before it (deficit round robin on
+    # each shard, stores/flow.py: on its shard the default owner, joining at the same
+    # turn, goes first by name).
+    assert await lengths(store) == (0, 0)
+    first = []
+    for _ in range(8):
+        first += [lease.run_id for lease in await store.claim_runs("w", ["wf"], 1, TTL)]
+    assert tenant in first
+    later = await create(store)  # for good: the default owner stays on the fair path
+    assert await lengths(store) == (0, 0)
+    rest = await store.claim_runs("w", ["wf"], 100, TTL)
+    assert sorted(first + [lease.run_id for lease in rest]) == sorted([*default, tenant, later])
+
+
+async def test_a_crashed_claim_from_the_ready_list_is_recovered(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    run_id = await create(store)
+    [lease] = await store.claim_runs("crashed", ["wf"], 1, 0.2)
+    assert (await store.recover_expired(5, 10)).requeued == ()  # its lease still holds
+    await asyncio.sleep(0.3)
+    report = await store.recover_expired(5, 10)
+    assert report.requeued == (run_id,)
+    assert await lengths(store) == (1, 0)  # requeued at the tail of the ready list
+    [again] = await store.claim_runs("w", ["wf"], 1, TTL)
+    assert again.run_id == run_id and again.token > lease.token
+    assert again.run.recoveries == 1
+
+
+async def test_past_max_recoveries_a_claim_from_the_ready_list_is_dead_lettered(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    run_id = await create(store)
+    await store.claim_runs("crashed", ["wf"], 1, 0.2)
+    await asyncio.sleep(0.3)
+    report = await store.recover_expired(0, 10)
+    assert report.dead == (run_id,) and report.requeued == ()
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.DEAD
+    assert await lengths(store) == (0, 0)
+
+
+async def test_a_due_run_in_a_shard_queue_is_not_left_behind_the_ready_list(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    for _ in range(20):
+        await create(store)
+    await store.claim_runs("w", ["wf"], 1, TTL)
+    late = await create(store, start_at=time.time() - 5)  # in its shard's queue
+    await asyncio.sleep(2 * HINT_EVERY)
+    # The shards are read first at least every HINT_EVERY: the run due first comes first.
+    [lease] = await store.claim_runs("w", ["wf"], 1, TTL)
+    assert lease.run_id == late
+
+
+async def test_an_expired_run_in_the_ready_list_ends_at_its_claim(make_store: MakeStore) -> None:
+    store = await make_store("single")
+    gone = await create(store, expires_at=time.time() - 1)
+    kept = await create(store)
+    [lease] = await store.claim_runs("w", ["wf"], 5, TTL)
+    assert lease.run_id == kept and await lengths(store) == (0, 1)
+    run = await store.get_run(gone)
+    assert run is not None and run.status is RunStatus.CANCELLED

@@ -1,10 +1,11 @@
-"""Reading runs back from the Lua's packed replies (stores/valkey/codec.py): the packed
-form's lengths are in bytes, and ``to_run`` builds the same RunRecord its ``__init__``
-would, field for field."""
+"""Reading runs back from the Lua's packed replies (stores/valkey/codec.py): JSON with
+every value a string, and ``to_run`` builds the same RunRecord its ``__init__`` would,
+field for field."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -13,8 +14,13 @@ from pyrula.workflows.stores.valkey.codec import to_run, unpack_fields
 
 
 def pack(fields: dict[str, str]) -> str:
-    """What lua/common.lua's pack_run writes: ``<bytes>:<field><bytes>:<value>...``."""
-    return "".join(f"{len(k.encode())}:{k}{len(v.encode())}:{v}" for k, v in fields.items())
+    """What lua/common.lua's pack_run writes (cjson, which escapes ``/`` too)."""
+    return json.dumps(fields, ensure_ascii=False).replace("/", "\\/")
+
+
+def pack_flat(fields: dict[str, str]) -> str:
+    """What lua/common.lua's pack_flat writes: a JSON array ``[field, value, ...]``."""
+    return json.dumps([x for kv in fields.items() for x in kv], ensure_ascii=False)
 
 
 @pytest.mark.parametrize(
@@ -23,16 +29,17 @@ def pack(fields: dict[str, str]) -> str:
         {},
         {"a": ""},
         {"wf": "x:y", "p": '{"args":[1,"2:3"]}', "er": "12:34:"},
-        {"wf": "tâche", "p": '{"s":"日本語"}', "rs": "é", "ws": ""},
+        {"wf": "tâche", "p": '{"s":"日本語", "n": 123456789012345678901234567890}', "rs": "é"},
+        {"p": '{"a": [], "b": {}, "c": "\\u0000\\n/"}', "ws": ""},
     ],
 )
 def test_unpack_reads_back_what_the_lua_packs(fields: dict[str, str]) -> None:
-    packed = pack(fields)
-    assert unpack_fields(packed) == fields
-    assert unpack_fields(packed.encode()) == fields
+    for packed in (pack(fields), pack_flat(fields)):
+        assert unpack_fields(packed) == fields
+        assert unpack_fields(packed.encode()) == fields
 
 
-@pytest.mark.parametrize("packed", ["2:wf", "2:wf3:ab", "x:wf1:a", "2:wf9:a"])
+@pytest.mark.parametrize("packed", ["", "[", '["wf"]', '["wf", "a", "x"]', "3", "x"])
 def test_a_malformed_reply_is_an_error(packed: str) -> None:
     with pytest.raises(ValueError):
         unpack_fields(packed)

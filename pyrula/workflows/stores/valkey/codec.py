@@ -18,6 +18,7 @@ A journal entry is ``"attempts|token|recorded_at|" + pack_entry(...)``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,52 +40,22 @@ def text(value: Any) -> str:
 
 
 def pairs(flat: Sequence[Any] | str | bytes) -> dict[str, str]:
-    """A flat ``[field, value, ...]`` reply, or a run packed by the Lua (one string of
-    ``<bytes>:<field><bytes>:<value>...``), as a dict of str."""
+    """A flat ``[field, value, ...]`` reply, or a run packed by the Lua (one JSON string,
+    see :func:`unpack_fields`), as a dict of str."""
     if isinstance(flat, (str, bytes)):
         return unpack_fields(flat)
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 def unpack_fields(packed: str | bytes) -> dict[str, str]:
-    """Read back lua/common.lua's ``pack_flat``/``pack_run``: lengths are in bytes."""
-    if isinstance(packed, str) and packed.isascii():  # bytes == characters: slice the str
-        return _unpack_ascii(packed)
-    data = packed.encode() if isinstance(packed, str) else packed
-    return _unpack(data, b":", bytes.decode)
-
-
-def _unpack_ascii(data: str) -> dict[str, str]:
-    """``_unpack`` for an ASCII str, the usual reply: its slices are the values."""
-    out: dict[str, str] = {}
-    pos, end = 0, len(data)
-    find = data.index
-    while pos < end:
-        colon = find(":", pos)
-        pos = colon + 1 + int(data[pos:colon])
-        second = find(":", pos)
-        stop = second + 1 + int(data[pos:second])
-        out[data[colon + 1 : pos]] = data[second + 1 : stop]
-        pos = stop
-    if pos != end:
-        raise ValueError(f"malformed packed fields: {data[:80]!r}")
-    return out
-
-
-def _unpack(data: Any, colon_char: Any, as_text: Any) -> dict[str, str]:
-    out: dict[str, str] = {}
-    pos, end = 0, len(data)
-    find = data.index
-    while pos < end:
-        colon = find(colon_char, pos)
-        pos = colon + 1 + int(data[pos:colon])
-        second = find(colon_char, pos)
-        stop = second + 1 + int(data[pos:second])
-        out[as_text(data[colon + 1 : pos])] = as_text(data[second + 1 : stop])
-        pos = stop
-    if pos != end:
-        raise ValueError(f"malformed packed fields: {data[:80]!r}")
-    return out
+    """Read back lua/common.lua's ``pack_flat`` (a JSON array ``[field, value, ...]``) or
+    ``pack_run`` (a JSON object, with ``id`` too); every value is a JSON string."""
+    data = json.loads(packed)
+    if isinstance(data, dict):
+        return data
+    if not isinstance(data, list) or len(data) % 2:
+        raise ValueError(f"malformed packed fields: {str(packed)[:80]!r}")
+    return dict(zip(data[::2], data[1::2], strict=True))
 
 
 def num(value: float) -> str:

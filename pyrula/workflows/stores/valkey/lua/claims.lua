@@ -358,8 +358,9 @@ local HINT_FIRST = 'h'
 -- short; or, with mode HINT_FIRST, the other way round (the caller asks for that now and
 -- then, so runs in the shards' queues, such as delayed ones, are not left behind a long
 -- ready list; and while the ready list is found dry). Returns the leases, the shards
--- stopped by flow control, how many shards it visited, how many runs it owes, and flags:
--- 'h' when the shards were read, 'd' when the ready list ran dry.
+-- stopped by flow control, how many shards it visited, how many runs it owes, flags ('h'
+-- when the shards were read, 'd' when the ready list ran dry), and whether its wake list
+-- is spent (the caller deletes it).
 local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow, mode)
   local leases, blocked, visited, owed = {}, {}, 0, 0
   local taken, dry, drained, flags = 0, false, true, ''
@@ -382,8 +383,7 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
   -- The wake-ups pushed so far are spent when this claim came up short, or drained every
   -- due shard and the ready list. Otherwise due runs are left (a later claim's, or a woken
   -- waiter's: not a spurious wake-up), and the DEL is saved.
-  if taken < limit or (drained and dry) then redis.call('DEL', hp .. 'wake') end
-  return leases, blocked, visited, owed, flags
+  return leases, blocked, visited, owed, flags, taken < limit or (drained and dry)
 end
 
 -- Single node only (it touches every shard's keys): for each workflow in the order given,
@@ -405,16 +405,19 @@ register('claim_due', function(keys, argv)
   local limit, ttl, n = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
   local own = {}
   for i = 7 + 3 * n, #argv do own[argv[i]] = true end
-  local out, follow, taken = {}, {}, 0
+  local out, follow, taken, spent = {}, {}, 0, {}
   for j = 0, n - 1 do
     if taken >= limit then break end
     local at = 7 + 3 * j
     local wf, cursor, mode = argv[at], tonumber(argv[at + 1]), argv[at + 2]
-    local leases, blocked, visited, owed, flags = claim_due_wf(
-      hint_prefix(ns, wf), now, ns, wf, worker, limit - taken, ttl, cursor, own, follow, mode)
+    local hp = hint_prefix(ns, wf)
+    local leases, blocked, visited, owed, flags, wake_spent = claim_due_wf(
+      hp, now, ns, wf, worker, limit - taken, ttl, cursor, own, follow, mode)
     taken = taken + #leases / 2 + owed
+    if wake_spent then spent[#spent + 1] = hp .. 'wake' end
     out[#out + 1] = {leases, blocked, tostring(visited), flags}
   end
+  if #spent > 0 then redis.call('DEL', unpack(spent)) end  -- one DEL for all of them
   return {out, {}, {}, follow}
 end)
 

@@ -103,6 +103,23 @@ async def test_a_due_run_in_a_shard_queue_is_not_left_behind_the_ready_list(
     assert lease.run_id == late
 
 
+async def test_due_runs_in_the_shards_drain_before_the_ready_list_goes_on(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single", shard_count=4)
+    await create(store)
+    await store.claim_runs("w", ["wf"], 1, TTL)  # the ready list first from now on
+    delayed = {await create(store, start_at=time.time() - 5) for _ in range(100)}
+    ready = {await create(store) for _ in range(100)}
+    await asyncio.sleep(2 * HINT_EVERY)
+    order = []
+    while len(order) < 200:
+        order += [lease.run_id for lease in await store.claim_runs("w", ["wf"], 1, TTL)]
+    # Once the shards are read, their due runs (which came due before the ready list's
+    # runs were queued) all go first, however long that takes.
+    assert set(order[:100]) == delayed and set(order[100:]) == ready
+
+
 async def test_an_expired_run_in_the_ready_list_ends_at_its_claim(make_store: MakeStore) -> None:
     store = await make_store("single")
     gone = await create(store, expires_at=time.time() - 1)
@@ -111,3 +128,70 @@ async def test_an_expired_run_in_the_ready_list_ends_at_its_claim(make_store: Ma
     assert lease.run_id == kept and await lengths(store) == (0, 1)
     run = await store.get_run(gone)
     assert run is not None and run.status is RunStatus.CANCELLED
+
+
+# -- a previous build beside this one (rolling deploy) ----------------------------------
+# A build from before the ready list does not know the run field q: a run it queues in
+# its shard or claims through the shards can keep a stale q='i' from an earlier claim
+# from the ready list. Written here as that build leaves it.
+async def mark_stale(store: ValkeyStore, run_id: str) -> None:
+    raw = store._server.client()
+    key = store._keys.shard(store._keys.shard_of(run_id)) + "r:" + run_id
+    await raw.hset(key, "q", "i")
+
+
+async def in_lease_index(store: ValkeyStore, run_id: str) -> float | None:
+    raw = store._server.client()
+    score = await raw.zscore(store._keys.shard(store._keys.shard_of(run_id)) + "l", run_id)
+    return None if score is None else float(score)
+
+
+async def test_a_stale_mark_on_a_queued_run_is_cleared_by_its_claim(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    run_id = await create(store, start_at=time.time() - 1)  # in its shard's queue
+    await mark_stale(store, run_id)
+    [lease] = await store.claim_runs("w", ["wf"], 1, 0.5)
+    assert lease.run_id == run_id and await in_lease_index(store, run_id) is not None
+    for _ in range(3):  # renewed past its first TTL: never taken from its holder
+        await asyncio.sleep(0.3)
+        await store.renew_leases("w", [(run_id, lease.token)], 0.5)
+        assert (await store.recover_expired(5, 10)).requeued == ()
+    await store.finish_run(run_id, lease.token, COMPLETED)
+    assert await in_lease_index(store, run_id) is None
+
+
+async def test_a_stale_mark_on_a_running_run_keeps_the_shard_lease_index(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    run_id = await create(store, start_at=time.time() - 1)
+    [lease] = await store.claim_runs("w", ["wf"], 1, 0.5)
+    await mark_stale(store, run_id)  # claimed through the shards by the previous build
+    await asyncio.sleep(0.3)
+    await store.renew_leases("w", [(run_id, lease.token)], 0.5)
+    await asyncio.sleep(0.3)
+    assert (await store.recover_expired(5, 10)).requeued == ()  # the renewal counted
+    await store.finish_run(run_id, lease.token, COMPLETED)
+    assert await in_lease_index(store, run_id) is None
+    await asyncio.sleep(0.6)
+    assert (await store.recover_expired(5, 10)).requeued == ()  # ended: never requeued
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+
+
+async def test_the_orphan_scan_skips_an_ended_run_left_in_the_lease_index(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    run_id = await create(store)
+    [lease] = await store.claim_runs("w", ["wf"], 1, TTL)
+    await store.finish_run(run_id, lease.token, COMPLETED)
+    raw = store._server.client()
+    index = store._keys.shard(store._keys.shard_of(run_id)) + "l"
+    await raw.zadd(index, {run_id: 1.0})  # as a previous build's finish could leave it
+    assert (await store.recover_expired(5, 10)).requeued == ()
+    assert await raw.zscore(index, run_id) is None
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED

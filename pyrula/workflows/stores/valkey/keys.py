@@ -35,8 +35,9 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
     ns:{ns:w:<wf>}:d  zset  hint: shard -> when it next has work of <wf>  (:v versions,
                       cluster only; :wake list idle claimers block on)
                       single node only: :r list, the ready list; :i list, in flight
-                      from it ("<shard>:<run>" each); :m string, set once a run of
-                      <wf> had an owner (lua/common.lua list_entry)
+                      from it ("<shard>:<run>" each; :ic the orphan scan's cursor in
+                      it); :m string, set once a run of <wf> had an owner
+                      (lua/common.lua list_entry)
     ns:{ns:timers}:d  zset  hint: shard -> its earliest timer   (:v versions, cluster only)
     ns:{ns:sched}:s:<id> hash a schedule;  :next zset enabled by next_fire_at;  :ids zset;
                       :chg stream of one entry, moved by every schedule change

@@ -196,11 +196,13 @@ class QueueOps(ValkeyCore):
         reached = zip(workflows, cursors, per_workflow, strict=False)  # the limit may stop it
         for workflow, cursor, (flat, blocked, visited, flags) in reached:
             self._cursor[workflow] = cursor + int(visited)
-            # The shards are read first again after HINT_EVERY, and meanwhile too if the
-            # ready list ran dry (a workflow whose runs are all in the shards' queues).
+            # The shards are read first again after HINT_EVERY, at once while they have
+            # due runs left (those came due while the ready list was served: they go
+            # first), and meanwhile too if the ready list ran dry (a workflow whose runs
+            # are all in the shards' queues).
             due_at, dry_until = self._shards_first.get(workflow, (0.0, 0.0))
             if "h" in flags:
-                due_at = now + HINT_EVERY
+                due_at = now if "s" in flags else now + HINT_EVERY
             if "d" in flags:
                 dry_until = now + HINT_EVERY
             self._shards_first[workflow] = (due_at, dry_until)

@@ -100,9 +100,17 @@ local function start_lease(c, r, worker, ttl, leases, lz)
     r.q = 'i'
     redis.call('HSET', key, 'st', r.st, 'wk', worker, 'tk', r.tk, 'le', expires, 'cl', r.cl,
                'ua', now, 'sa', r.sa, 'q', 'i')
+  elseif r.q ~= nil and r.q ~= '' then
+    -- A stale mark (a previous build queued it here without clearing it): clear it, so
+    -- renewals and the finish use the shard's lease index.
+    r.q = ''
+    redis.call('HSET', key, 'st', r.st, 'wk', worker, 'tk', r.tk, 'le', expires, 'cl', r.cl,
+               'ua', now, 'sa', r.sa, 'q', '')
   else
     redis.call('HSET', key, 'st', r.st, 'wk', worker, 'tk', r.tk, 'le', expires, 'cl', r.cl,
                'ua', now, 'sa', r.sa)
+  end
+  if lz ~= nil then
     lz[#lz + 1] = expires
     lz[#lz + 1] = r.id
   end
@@ -359,8 +367,8 @@ local HINT_FIRST = 'h'
 -- then, so runs in the shards' queues, such as delayed ones, are not left behind a long
 -- ready list; and while the ready list is found dry). Returns the leases, the shards
 -- stopped by flow control, how many shards it visited, how many runs it owes, flags ('h'
--- when the shards were read, 'd' when the ready list ran dry), and whether its wake list
--- is spent (the caller deletes it).
+-- when the shards were read, 's' when due runs were left there, 'd' when the ready list
+-- ran dry), and whether its wake list is spent (the caller deletes it).
 local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow, mode)
   local leases, blocked, visited, owed = {}, {}, 0, 0
   local taken, dry, drained, flags = 0, false, true, ''
@@ -372,7 +380,7 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
     blocked, visited, claimed, owed, drained = claim_shards(
       hp, now, ns, wf, worker, limit - taken, ttl, cursor, own, leases, follow)
     taken = taken + claimed
-    flags = 'h'
+    flags = drained and 'h' or 'hs'
     if mode == HINT_FIRST and taken + owed < limit then
       local more
       more, dry = claim_ready(hp, now, ns, worker, limit - taken - owed, ttl, leases, follow)

@@ -189,9 +189,11 @@ local function leave(c, r)
     c.removed[r.wf] = true
     c.keep[r.wf] = nil
   elseif r.st == 'running' then
-    if r.q == 'i' then  -- from the tail: the oldest claims, likeliest to end first
-      redis.call('LREM', hint_prefix(c.ns, r.wf) .. 'i', -1, list_entry(c, r.id))
-    else
+    -- From the in-flight list's tail (the oldest claims, likeliest to end first); from the
+    -- shard's lease index when it is not there (a previous build claimed it through the
+    -- shards and left a stale mark).
+    if r.q ~= 'i'
+        or redis.call('LREM', hint_prefix(c.ns, r.wf) .. 'i', -1, list_entry(c, r.id)) == 0 then
       redis.call('ZREM', c.P .. K.leases, r.id)
     end
     if r.fc then follow(c, 'flow_release', r.wf, r.ow, r.id) end

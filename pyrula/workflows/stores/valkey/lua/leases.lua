@@ -46,7 +46,9 @@ register('renew', function(keys, argv)
       out[#out + 1] = 'lost'
     else
       set_fields(c, r, {le = fmt(expires)})
-      if r.q ~= 'i' then redis.call('ZADD', c.P .. K.leases, fmt(expires), r.id) end
+      -- XX: only if it is in the shard's lease index (a run claimed from a ready list is
+      -- not: its lease is le alone, recover_lists reads it)
+      redis.call('ZADD', c.P .. K.leases, 'XX', fmt(expires), r.id)
       if r.fc then follow(c, 'flow_renew', r.wf, r.ow, r.id) end
       out[#out + 1] = r.cr == '1' and 'cancel' or 'ok'
     end
@@ -200,7 +202,8 @@ local function recover_run(c, r, max_recoveries, requeued, dead, extra)
   end
 end
 
--- Runs requeued in one call are all queued as of now: FIFO by submission among them.
+-- Runs requeued in one call are all queued as of now: FIFO by submission among them
+-- (the sequence is per shard: across shards the order is arbitrary, as before).
 local function by_submission(a, b) return tonumber(a.r.sq) < tonumber(b.r.sq) end
 
 register('recover', function(keys, argv)
@@ -211,12 +214,26 @@ register('recover', function(keys, argv)
     local ids = redis.call('ZRANGEBYSCORE', c.P .. K.leases, '-inf', fmt(c.now), 'LIMIT', 0,
                            limit)
     local lapsed = {}
-    for _, id in ipairs(ids) do lapsed[#lapsed + 1] = {r = load_run(c, id)} end
+    for _, id in ipairs(ids) do
+      local r = load_run(c, id)
+      if r ~= nil and r.st == 'running' and tonumber(r.le) <= c.now then
+        lapsed[#lapsed + 1] = {r = r}
+      elseif r ~= nil and r.st == 'running' then
+        redis.call('ZADD', c.P .. K.leases, r.le, id)  -- a stale score: the lease holds
+      else
+        redis.call('ZREM', c.P .. K.leases, id)  -- ended, or its record is gone
+      end
+    end
     table.sort(lapsed, by_submission)
     for _, x in ipairs(lapsed) do recover_run(c, x.r, max_recoveries, requeued, dead) end
   end
   return done(c, {requeued, dead})
 end)
+
+-- In-flight entries recover_lists reads per workflow per call, at most: past that, from
+-- a cursor kept beside the list (hint prefix 'ic'), shared by every worker's scans, so a
+-- long list costs each scan a bounded time and the fleet's scans cover it in turn.
+local RECOVER_SCAN = 1000
 
 register('recover_lists', function(keys, argv)
   local now, ns = now_of(argv[1]), argv[2]
@@ -226,7 +243,15 @@ register('recover_lists', function(keys, argv)
     if #lapsed >= limit then break end
     if string.sub(field, 1, 2) == 'w:' then
       local hp = hint_prefix(ns, string.sub(field, 3))
-      for _, e in ipairs(redis.call('LRANGE', hp .. 'i', 0, -1)) do
+      local from, to = 0, -1
+      local size = redis.call('LLEN', hp .. 'i')
+      if size > RECOVER_SCAN then
+        from = tonumber(redis.call('GET', hp .. 'ic') or '0')
+        if from >= size then from = 0 end
+        to = from + RECOVER_SCAN - 1
+        redis.call('SET', hp .. 'ic', tostring(to + 1 < size and to + 1 or 0))
+      end
+      for _, e in ipairs(redis.call('LRANGE', hp .. 'i', from, to)) do
         if #lapsed >= limit then break end
         local shard, id = split_entry(e)
         local P = shard_prefix(ns, shard)

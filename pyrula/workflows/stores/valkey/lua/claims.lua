@@ -96,19 +96,22 @@ local function start_lease(c, r, worker, ttl, leases, lz)
   local key = c.P .. K.run .. r.id
   r.st, r.wk, r.tk, r.le, r.ua = 'running', worker, fence_token(r), expires, now
   r.cl, r.sa = tostring(tonumber(r.cl or '0') + 1), r.sa or now
+  -- From the in-flight list: q = 'i'. From a shard: no q, unless a stale mark is left (a
+  -- previous build queued it without clearing it): cleared, so that renewals and the
+  -- finish use the shard's lease index.
+  local q = nil
   if lz == nil then
-    r.q = 'i'
-    redis.call('HSET', key, 'st', r.st, 'wk', worker, 'tk', r.tk, 'le', expires, 'cl', r.cl,
-               'ua', now, 'sa', r.sa, 'q', 'i')
+    q = 'i'
   elseif r.q ~= nil and r.q ~= '' then
-    -- A stale mark (a previous build queued it here without clearing it): clear it, so
-    -- renewals and the finish use the shard's lease index.
-    r.q = ''
-    redis.call('HSET', key, 'st', r.st, 'wk', worker, 'tk', r.tk, 'le', expires, 'cl', r.cl,
-               'ua', now, 'sa', r.sa, 'q', '')
-  else
+    q = ''
+  end
+  if q == nil then
     redis.call('HSET', key, 'st', r.st, 'wk', worker, 'tk', r.tk, 'le', expires, 'cl', r.cl,
                'ua', now, 'sa', r.sa)
+  else
+    r.q = q
+    redis.call('HSET', key, 'st', r.st, 'wk', worker, 'tk', r.tk, 'le', expires, 'cl', r.cl,
+               'ua', now, 'sa', r.sa, 'q', q)
   end
   if lz ~= nil then
     lz[#lz + 1] = expires
@@ -283,7 +286,9 @@ local function claim_ready(hp, now, ns, worker, limit, ttl, leases, follow)
     local c = {P = shard_prefix(ns, shard), now = now}  -- enough for start_lease
     local r = load_run(c, id)
     if r == nil or r.st ~= 'queued' or r.q ~= 'r' then
-      redis.call('LREM', hp .. 'i', 1, e)  -- its record is gone (data loss): drop it
+      -- Its record is gone (data loss), or a previous build took it off the list its own
+      -- way (a cancel): drop the entry.
+      redis.call('LREM', hp .. 'i', 1, e)
     elseif r.ex and tonumber(r.ex) <= now then
       redis.call('LREM', hp .. 'i', 1, e)
       r.q = 'x'

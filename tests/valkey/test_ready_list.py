@@ -59,6 +59,22 @@ async def test_a_tenant_moves_the_workflow_to_the_fair_queues(make_store: MakeSt
     assert sorted(first + [lease.run_id for lease in rest]) == sorted([*default, tenant, later])
 
 
+async def test_a_long_ready_list_moves_in_batches_of_owned_submissions(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single", shard_count=4)
+    for _ in range(51):  # 5,100 runs, 100 at a time in flight
+        await asyncio.gather(*(create(store) for _ in range(100)))
+    await create(store, owner="t1")  # moves the oldest 5,000 (MOVE_BATCH in common.lua)
+    assert await lengths(store) == (100, 0)
+    later = await create(store)  # the workflow is owned: to its shard
+    assert await lengths(store) == (100, 0)
+    await create(store, owner="t2")  # moves the rest
+    assert await lengths(store) == (0, 0)
+    leases = await store.claim_runs("w", ["wf"], 6000, TTL)
+    assert len(leases) == 5103 and later in {lease.run_id for lease in leases}
+
+
 async def test_a_crashed_claim_from_the_ready_list_is_recovered(
     make_store: MakeStore,
 ) -> None:

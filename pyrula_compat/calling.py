@@ -41,7 +41,12 @@ def aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
-def _when(value: Any) -> datetime | None:
+def eta_datetime(value: Any) -> datetime | None:
+    """A task's ``eta`` option as an aware datetime: ``None`` stays ``None``, an ISO 8601
+    string is parsed, and a naive datetime is taken as UTC (as Celery's worker reads it).
+
+    Raises TypeError for anything else.
+    """
     if value is None:
         return None
     if isinstance(value, str):
@@ -58,7 +63,7 @@ def _expiry(value: Any) -> datetime | None:
         value = value.total_seconds()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return datetime.fromtimestamp(time.time() + float(value), timezone.utc)
-    return _when(value)
+    return eta_datetime(value)
 
 
 def frozen(sigs: Any, app: Celery) -> list[dict[str, Any]] | None:
@@ -134,7 +139,7 @@ def submit(
     chosen = task_id or options.pop("task_id", None)
     task_id = chosen or uuid()
     countdown = options.get("countdown")
-    eta = _when(options.get("eta"))
+    eta = eta_datetime(options.get("eta"))
     delay: float | None = None
     start_at: datetime | None = None
     if countdown is not None:

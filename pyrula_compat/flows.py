@@ -39,7 +39,7 @@ from pyrula.workflows.engine.control import CancelRequested, LeaseGone
 from pyrula.workflows.registry import Registry
 from pyrula_compat import codec, errors, replace, states, worker_signals
 from pyrula_compat.app.task import Context
-from pyrula_compat.calling import TIMES
+from pyrula_compat.calling import TIMES, eta_datetime
 from pyrula_compat.canvas import GENERATED_ID
 from pyrula_compat.execution import Attempt, run_attempt
 
@@ -406,8 +406,6 @@ def _submit_chord(
     options: dict[str, Any] | None = None,
 ) -> None:
     """The chord's run; ``countdown``/``eta`` hold it back (the header, then the body)."""
-    from pyrula_compat.calling import _when
-
     kw = data.get("kwargs") or {}
     header = (kw.get("header") or {}).get("kwargs", {}).get("tasks", [])
     chord_id = (data.get("options") or {}).get("task_id")
@@ -416,7 +414,7 @@ def _submit_chord(
         params["chain"] = chain
     countdown = (options or {}).get("countdown")
     delay = None if countdown is None else max(0.0, float(countdown))
-    start_at = _when((options or {}).get("eta")) if countdown is None else None
+    start_at = eta_datetime((options or {}).get("eta")) if countdown is None else None
     app.client().submit(
         "celery.chord", params, run_id=chord_id, idempotency_key=chord_id, delay=delay,
         start_at=start_at,

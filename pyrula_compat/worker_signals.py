@@ -94,8 +94,7 @@ def revoked(
 def lease_lost(ctx: WorkflowContext) -> bool:
     """Whether this worker lost the run's lease (terminated, or reclaimed after a stall),
     rather than stopping it itself (shutdown)."""
-    execution = getattr(ctx, "_execution", None)
-    return bool(getattr(execution, "lost", False))
+    return ctx.lease_lost
 
 
 async def revoked_if_terminated(app: Celery, name: str, run_id: str, meta: dict[str, Any]) -> None:

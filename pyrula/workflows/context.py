@@ -90,6 +90,15 @@ class WorkflowContext:
         """True while the workflow is re-reading steps already in the journal."""
         return self._execution.is_replaying
 
+    @property
+    def lease_lost(self) -> bool:
+        """True once this worker has lost the run's lease: the run was terminated, or
+        taken over by another worker after this one stalled (or the store stayed away for
+        a whole lease). The run then stops on this worker: a refused write raises
+        ``LeaseGone``, or a lease renewal cancels its task. False while the lease is
+        held, and when the worker stops the run itself (shutdown) or it is cancelled."""
+        return self._execution.lost
+
     def step(
         self,
         name: str,

@@ -6,16 +6,18 @@ memory and SQLite stores."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from pyrula.workflows import (
     RunCancelled,
+    RunHandle,
     RunStatus,
     Store,
     WorkflowClient,
     WorkflowContext,
-    WorkflowDefinition,
+    WorkflowWorker,
     workflow,
 )
 from pyrula.workflows.engine.control import CancelRequested, LeaseGone
@@ -24,11 +26,16 @@ from pyrula_compat import worker_signals
 from tests.conftest import Eventually, StartWorker
 
 
-def _blocking(
-    registry: Registry, seen: list[tuple[str, bool]]
-) -> tuple[WorkflowDefinition, asyncio.Event, asyncio.Event]:
-    """A workflow whose first step waits for ``release``; it records ``ctx.lease_lost``
-    before the step and after whatever ends it."""
+async def started(
+    engine_store: Store,
+    registry: Registry,
+    start_worker: StartWorker,
+    seen: list[tuple[str, bool]],
+    **options: Any,
+) -> tuple[WorkflowWorker, RunHandle, asyncio.Event]:
+    """A worker with ``options`` running a workflow whose first step waits for the
+    returned event, and a run of it inside that step. The workflow records
+    ``ctx.lease_lost`` in ``seen`` before the step and after whatever ends it."""
     entered = asyncio.Event()
     release = asyncio.Event()
 
@@ -48,18 +55,18 @@ def _blocking(
             seen.append((type(exc).__name__, ctx.lease_lost))
             raise
 
-    return blocking, entered, release
+    worker = await start_worker(engine_store, [blocking], **options)
+    handle = await WorkflowClient(engine_store, registry=registry).submit("blocking")
+    await asyncio.wait_for(entered.wait(), 10)
+    return worker, handle, release
 
 
 async def test_a_terminate_found_by_the_steps_journal_write_is_a_lost_lease(
     engine_store: Store, registry: Registry, start_worker: StartWorker, eventually: Eventually
 ) -> None:
     seen: list[tuple[str, bool]] = []
-    blocking, entered, release = _blocking(registry, seen)
     # A long lease: the step's journal write, not a renewal, finds the run gone.
-    worker = await start_worker(engine_store, [blocking], lock_ttl=30)
-    handle = await WorkflowClient(engine_store, registry=registry).submit("blocking")
-    await asyncio.wait_for(entered.wait(), 10)
+    worker, handle, release = await started(engine_store, registry, start_worker, seen, lock_ttl=30)
     assert (await handle.terminate()).status is RunStatus.TERMINATED
     release.set()
     await eventually(lambda: worker.running == 0, what="the worker letting the run go")
@@ -70,12 +77,11 @@ async def test_a_terminate_found_by_lease_renewal_is_a_lost_lease(
     engine_store: Store, registry: Registry, start_worker: StartWorker, eventually: Eventually
 ) -> None:
     seen: list[tuple[str, bool]] = []
-    blocking, entered, release = _blocking(registry, seen)
     # A short lease, renewed every 0.2 s: the renewal finds the run gone and cancels it
     # while the step is still blocked (it is never released).
-    worker = await start_worker(engine_store, [blocking], lock_ttl=0.6)
-    handle = await WorkflowClient(engine_store, registry=registry).submit("blocking")
-    await asyncio.wait_for(entered.wait(), 10)
+    worker, handle, release = await started(
+        engine_store, registry, start_worker, seen, lock_ttl=0.6
+    )
     await handle.terminate()
     await eventually(lambda: worker.running == 0, what="the renewal stopping the run")
     assert seen == [("before", False), ("CancelledError", True)]
@@ -86,10 +92,7 @@ async def test_a_cancel_is_not_a_lost_lease(
     engine_store: Store, registry: Registry, start_worker: StartWorker, eventually: Eventually
 ) -> None:
     seen: list[tuple[str, bool]] = []
-    blocking, entered, release = _blocking(registry, seen)
-    worker = await start_worker(engine_store, [blocking], lock_ttl=30)
-    handle = await WorkflowClient(engine_store, registry=registry).submit("blocking")
-    await asyncio.wait_for(entered.wait(), 10)
+    worker, handle, release = await started(engine_store, registry, start_worker, seen, lock_ttl=30)
     await handle.cancel()
     release.set()
     with pytest.raises(RunCancelled):
@@ -102,10 +105,9 @@ async def test_a_shutdown_is_not_a_lost_lease(
     engine_store: Store, registry: Registry, start_worker: StartWorker, eventually: Eventually
 ) -> None:
     seen: list[tuple[str, bool]] = []
-    blocking, entered, release = _blocking(registry, seen)
-    worker = await start_worker(engine_store, [blocking], lock_ttl=30, shutdown_grace=0.1)
-    handle = await WorkflowClient(engine_store, registry=registry).submit("blocking")
-    await asyncio.wait_for(entered.wait(), 10)
+    worker, handle, release = await started(
+        engine_store, registry, start_worker, seen, lock_ttl=30, shutdown_grace=0.1
+    )
     worker.stop()  # the grace runs out with the step still blocked: the run is cancelled
     await eventually(lambda: worker.running == 0, what="the worker stopping the run")
     assert seen == [("before", False), ("CancelledError", False)]

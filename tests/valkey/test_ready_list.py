@@ -17,6 +17,11 @@ from tests.stores.helpers import COMPLETED, TTL, create
 from .conftest import MakeStore
 
 
+def lease_index(store: ValkeyStore, run_id: str) -> str:
+    """The lease index of the run's shard (keys.py: ``P l``)."""
+    return store._keys.run_shard(run_id) + "l"
+
+
 async def lengths(store: ValkeyStore, workflow: str = "wf") -> tuple[int, int]:
     """(ready, in flight) list lengths of the workflow."""
     raw = store._server.client()
@@ -36,7 +41,7 @@ async def test_a_run_goes_from_the_ready_list_to_in_flight_and_out(
     await store.finish_run(run_id, lease.token, COMPLETED)
     assert await lengths(store) == (0, 0)
     raw = store._server.client()
-    assert await raw.zcard(store._keys.shard(store._keys.shard_of(run_id)) + "l") == 0
+    assert await raw.zcard(lease_index(store, run_id)) == 0
 
 
 async def test_a_tenant_moves_the_workflow_to_the_fair_queues(make_store: MakeStore) -> None:
@@ -152,13 +157,12 @@ async def test_an_expired_run_in_the_ready_list_ends_at_its_claim(make_store: Ma
 # from the ready list. Written here as that build leaves it.
 async def mark_stale(store: ValkeyStore, run_id: str) -> None:
     raw = store._server.client()
-    key = store._keys.shard(store._keys.shard_of(run_id)) + "r:" + run_id
-    await raw.hset(key, "q", "i")
+    await raw.hset(store._keys.run(run_id), "q", "i")
 
 
 async def in_lease_index(store: ValkeyStore, run_id: str) -> float | None:
     raw = store._server.client()
-    score = await raw.zscore(store._keys.shard(store._keys.shard_of(run_id)) + "l", run_id)
+    score = await raw.zscore(lease_index(store, run_id), run_id)
     return None if score is None else float(score)
 
 
@@ -205,7 +209,7 @@ async def test_the_orphan_scan_skips_an_ended_run_left_in_the_lease_index(
     [lease] = await store.claim_runs("w", ["wf"], 1, TTL)
     await store.finish_run(run_id, lease.token, COMPLETED)
     raw = store._server.client()
-    index = store._keys.shard(store._keys.shard_of(run_id)) + "l"
+    index = lease_index(store, run_id)
     await raw.zadd(index, {run_id: 1.0})  # as a previous build's finish could leave it
     assert (await store.recover_expired(5, 10)).requeued == ()
     assert await raw.zscore(index, run_id) is None

@@ -14,8 +14,13 @@ Which workflows a claim names, and in which order:
   The first claim and a claim after a poll timed out are full.
 * Any other claim (the store signalled new work, a timer fell due, a slot freed) is
   *targeted*: it names the workflows that yielded runs in the last ``HOT_WINDOW``
-  seconds, rotated the same way, and starts what it got; then, if it got nothing or the
-  last full claim is ``claim_poll_interval`` old, it claims the other workflows. While
+  seconds, rotated the same way, after the ones the store's signal named (when it can
+  tell: ``wait_for_work`` returns them when their runs are claimable at once), and
+  starts what it got; then, if the last full claim is ``claim_poll_interval`` old, or
+  it got nothing and the store did not name the workflows, it claims the other
+  workflows. Runs the store named that the targeted claim did not find were taken by
+  another worker: the other workflows need no look then (a wake-up of theirs is kept
+  by the store for the next wait). While
   every slot is taken (each claim fills the slots that free), a full claim is made
   every ``claim_poll_interval``, so a backlog cannot keep the others out. A store
   may pay per workflow named (a ValkeyStore cluster makes one call per workflow; a
@@ -34,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyrula.workflows.errors import StoreError
@@ -60,7 +66,7 @@ class Why(enum.Enum):
     LOCAL = "local"
     """``wake_claimers``: a timer fell due, a virtual clock moved; any workflow."""
     STORE = "store"
-    """The store's wait returned early: new work, of a workflow we cannot tell."""
+    """The store's wait returned early: new work (of the workflows it named, if any)."""
     SLOT = "slot"
     """The last claim filled every slot: more may be waiting."""
 
@@ -81,13 +87,16 @@ class ClaimPlan:
         """Whether the last claim of every workflow is ``full_every`` old."""
         return now - self.last_full >= self.full_every
 
-    def targeted(self, now: float) -> list[str] | None:
-        """The recently busy workflows, rotated; None when there are none."""
+    def targeted(self, now: float, signalled: Sequence[str] = ()) -> list[str] | None:
+        """The ``signalled`` workflows, then the recently busy ones, rotated; None when
+        there are none."""
         hot = [n for n in self.names if now - self.hot.get(n, float("-inf")) < HOT_WINDOW]
-        if not hot:
-            return None
-        self._hot_turn = turn = (self._hot_turn + 1) % len(hot)
-        return hot[turn:] + hot[:turn]
+        if hot:
+            self._hot_turn = turn = (self._hot_turn + 1) % len(hot)
+            hot = hot[turn:] + hot[:turn]
+        if signalled:  # a subset of names: the store names what it was asked to wait on
+            hot = [*signalled, *(n for n in hot if n not in signalled)]
+        return hot or None
 
     def full(self, now: float, leave_out: list[str] | None = None) -> list[str]:
         """Every workflow (but ``leave_out``), in the order of this claim's turn."""
@@ -118,9 +127,11 @@ class ClaimLoop:
         self._wake: asyncio.Future[None] | None = None
         """What the loop awaits when idle or pausing; resolved by wake(), stop, the store."""
         self._woken = False
-        self._work: asyncio.Future[None] | None = None
+        self._work: asyncio.Future[Sequence[str] | None] | None = None
         """The pending ``store.wait_for_work``, kept across idle rounds."""
         self._work_started = self._work_ended = 0.0
+        self._signalled: Sequence[str] | None = None
+        """The workflows the store's last early wake-up named (None: it could not tell)."""
 
     def wake(self) -> None:
         """Claim now: at once if idle, else as soon as the current claim returns."""
@@ -160,7 +171,8 @@ class ClaimLoop:
                     continue
                 if why is Why.STORE and not claimed:
                     # The store said something changed and none of it was due: a delayed
-                    # run, maybe, that the timer loop has not heard of.
+                    # run, maybe, that the timer loop has not heard of (even after a
+                    # wake-up for due runs: the claim may have cleared another's).
                     worker.timers_hint.set()
                 why = await self._idle()
         finally:
@@ -173,13 +185,14 @@ class ClaimLoop:
         """Claim up to ``free`` runs and start them; return how many."""
         now = self.loop.time()
         full_due = self.plan.full_due(now)
-        hot = None if why is Why.POLL else self.plan.targeted(now)
+        signalled = self._signalled if why is Why.STORE else None
+        hot = None if why is Why.POLL else self.plan.targeted(now, signalled or ())
         if hot is None or (why is Why.SLOT and full_due):
             # Saturated (SLOT), a targeted claim would fill every slot that frees with the
             # busy workflows: one full claim per poll interval lets the others in.
             return await self._claim(self.plan.full(now), free)
         claimed = await self._claim(hot, free)
-        if claimed < free and (not claimed or full_due):
+        if claimed < free and (full_due or (not claimed and signalled is None)):
             rest = self.plan.full(now, leave_out=hot)
             if rest:
                 claimed += await self._claim(rest, free - claimed)
@@ -225,10 +238,11 @@ class ClaimLoop:
             log.warning("waiting for work failed: %s", exc)
             await self.pause(self.poll)
             return Why.POLL
+        self._signalled = work.result()
         early = self._work_ended - self._work_started < EARLY_RETURN * self.poll
-        return Why.STORE if early else Why.POLL
+        return Why.STORE if early or self._signalled else Why.POLL
 
-    def _work_returned(self, work: asyncio.Future[None]) -> None:
+    def _work_returned(self, work: asyncio.Future[Sequence[str] | None]) -> None:
         self._work_ended = self.loop.time()
         _resolve(self._wake)
 

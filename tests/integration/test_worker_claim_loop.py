@@ -30,6 +30,7 @@ from pyrula.workflows import (
 )
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.stores.valkey import ValkeyStore
+from pyrula.workflows.stores.valkey.queue import WAKE_READY
 from tests.conftest import FAST, StartWorker
 from tests.valkey.servers import ValkeyProcess, fresh_namespace, valkey_server  # noqa: F401
 
@@ -234,6 +235,52 @@ async def test_a_burst_of_delayed_runs_costs_few_timer_looks(
     calls = store.calls - before
     assert calls["claim_runs"] >= 5, f"the submits did not wake the claim loop: {dict(calls)}"
     assert 1 <= calls["next_due_at"] <= 10, dict(calls)
+
+
+class NamingValkey(CountingValkey):  # type: ignore[misc, valid-type]
+    """Records the workflows each claim names."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.claimed: list[list[str]] = []
+
+    async def claim_runs(self, worker_id: str, workflows: Any, limit: int, ttl: float) -> Any:
+        self.claimed.append(list(workflows))
+        return await super().claim_runs(worker_id, workflows, limit, ttl)
+
+
+async def test_a_wake_up_for_runs_another_worker_took_costs_one_targeted_claim(
+    registry: Registry,
+    start_worker: StartWorker,
+    valkey_server: ValkeyProcess,  # noqa: F811
+) -> None:
+    """ValkeyStore names the workflow of a wake-up for runs put on its ready list: the
+    claim loop claims that workflow alone, and when another worker took the runs first
+    it does not go on to claim the other workflows. (The wake-up is pushed here as a
+    submit pushes it, the run itself gone to the other worker.)"""
+    store = NamingValkey(valkey_server.url, namespace=fresh_namespace(), shard_count=8)
+    await store.open()
+    try:
+        definitions = []
+        for name in ("a", "b", "c"):
+
+            async def nothing(ctx: WorkflowContext) -> None:
+                return None
+
+            definitions.append(workflow(name=name, registry=registry)(nothing))
+        await start_worker(store, definitions, claim_poll_interval=3.0, timer_poll_interval_s=5.0)
+        await asyncio.sleep(0.5)  # idle: blocked on the wake-up lists
+        claims = len(store.claimed)
+        raw = store._server.client()
+        await raw.lpush(store._keys.wake("b"), WAKE_READY)
+        await asyncio.sleep(0.3)
+        assert store.claimed[claims:] == [["b"]], store.claimed[claims:]
+        # A run submitted now is claimed at once all the same (not at the 3 s poll).
+        handle = await WorkflowClient(store, registry=registry).submit(definitions[0])
+        assert (await handle.result(timeout=1)) is None
+        assert store.claimed[-1][0] == "a", store.claimed[claims:]
+    finally:
+        await store.close()
 
 
 async def test_the_claim_loop_outlives_store_errors(registry: Registry) -> None:

@@ -1,15 +1,16 @@
 """Single node: the ready list (lua/common.lua ``list_entry``). Runs of the default owner
-due when submitted wait in their workflow's ready list; a claim moves one into the
-in-flight list with one LMOVE. These tests look at the keys themselves, and at what the
-layout must not cost: fairness once a tenant shows up, recovery of a crashed claim, and
-runs in the shards' queues (delayed, recovered) not left behind a long ready list."""
+due when submitted wait in their workflow's ready list; a claim moves them into the
+in-flight list (one LMOVE for a claim of one, an LPOP and an LPUSH for more). These
+tests look at the keys themselves, and at what the layout must not cost: fairness once a
+tenant shows up, recovery of a crashed claim, and runs in the shards' queues (delayed,
+recovered) not left behind a long ready list."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from pyrula.workflows.records import RunStatus
+from pyrula.workflows.records import FlowControl, RunStatus
 from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.stores.valkey.queue import HINT_EVERY
 from tests.stores.helpers import COMPLETED, TTL, create
@@ -149,6 +150,73 @@ async def test_an_expired_run_in_the_ready_list_ends_at_its_claim(make_store: Ma
     assert lease.run_id == kept and await lengths(store) == (0, 1)
     run = await store.get_run(gone)
     assert run is not None and run.status is RunStatus.CANCELLED
+
+
+async def test_a_batch_claim_takes_the_oldest_runs_in_order(make_store: MakeStore) -> None:
+    store = await make_store("single")
+    ids = [await create(store) for _ in range(6)]
+    gone = await create(store, expires_at=time.time() - 1)
+    ids.append(await create(store))
+    first = await store.claim_runs("w", ["wf"], 3, TTL)
+    assert [lease.run_id for lease in first] == ids[:3] and await lengths(store) == (5, 3)
+    # Newest claim at the head (the finish looks from the tail, the oldest claims).
+    raw = store._server.client()
+    flight = [e.decode() for e in await raw.lrange(store._keys.hint("wf") + "i", 0, -1)]
+    assert [e.split(":", 1)[1] for e in flight] == ids[2::-1]
+    # The expired run in the next batch ends and is not counted: the claim goes on.
+    rest = await store.claim_runs("w", ["wf"], 4, TTL)
+    assert [lease.run_id for lease in rest] == ids[3:] and await lengths(store) == (0, 7)
+    expired = await store.get_run(gone)
+    assert expired is not None and expired.status is RunStatus.CANCELLED
+    assert await store.claim_runs("w", ["wf"], 4, TTL) == []
+    await store.finish_run(ids[0], first[0].token, COMPLETED)
+    assert await lengths(store) == (0, 6)
+
+
+async def test_a_batch_claim_past_one_lpush_of_4000_keeps_the_order(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("single")
+    for _ in range(21):
+        await asyncio.gather(*(create(store) for _ in range(200)))
+    raw = store._server.client()
+    hint = store._keys.hint("wf")
+    queued = [e.decode() for e in await raw.lrange(hint + "r", 0, -1)]
+    leases = await store.claim_runs("w", ["wf"], 5000, TTL)
+    assert [lease.run_id for lease in leases] == [e.split(":", 1)[1] for e in queued]
+    assert [e.decode() for e in await raw.lrange(hint + "i", 0, -1)] == queued[::-1]
+
+
+async def test_a_ready_run_is_not_held_behind_rate_limited_ones(make_store: MakeStore) -> None:
+    """A claim that reads the shards first and finds a run held by its rate limit still
+    takes the runs on the ready list (the held run was once counted against the whole
+    limit, and the ready list was skipped)."""
+    store = await make_store("single")
+    flow = FlowControl(rate_key="k", rate_per_second=0.01, rate_burst=1)
+    held = [await create(store, flow=flow) for _ in range(2)]
+    [first] = await store.claim_runs("w", ["wf"], 5, TTL)  # the bucket's one token
+    assert first.run_id in held  # (their shards are visited in no set order)
+    plain = await create(store)
+    await asyncio.sleep(HINT_EVERY * 3)  # the next claim reads the shards first
+    assert [lease.run_id for lease in await store.claim_runs("w", ["wf"], 5, TTL)] == [plain]
+
+
+async def test_wait_for_work_names_a_workflow_woken_for_its_ready_list(
+    make_store: MakeStore,
+) -> None:
+    """A wake-up for runs on a ready list names its workflow (the claim loop then skips
+    the others when they are gone); one for a delayed run names none, so the worker's
+    timer loop looks again."""
+    store = await make_store("single")
+    waiter = asyncio.create_task(store.wait_for_work(["other", "wf"], timeout=10))
+    await asyncio.sleep(0.05)
+    await create(store)
+    assert await asyncio.wait_for(waiter, 5) == ["wf"]
+    assert len(await store.claim_runs("w", ["wf"], 5, TTL)) == 1  # short: clears the list
+    waiter = asyncio.create_task(store.wait_for_work(["other", "wf"], timeout=10))
+    await asyncio.sleep(0.05)
+    await create(store, delay=30)
+    assert await asyncio.wait_for(waiter, 5) is None
 
 
 # -- a previous build beside this one (rolling deploy) ----------------------------------

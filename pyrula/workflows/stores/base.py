@@ -127,9 +127,16 @@ class Store(Protocol):
         """
 
     # -- queue and leases (worker side) ----------------------------------------------
-    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
+    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> Sequence[str] | None:
         """Return when a run of one of ``workflows`` may have become claimable, or after
-        ``timeout`` seconds. Spurious returns are allowed."""
+        ``timeout`` seconds. Spurious returns are allowed.
+
+        Returns the workflows whose signal ended the wait when the store can tell that
+        the signal was for runs claimable at once (a claim of them that finds none lost
+        them to another claimer), else None: a timeout, a close, a delayed or
+        rate-limited run, a store that cannot tell. A store that names some must signal
+        the others that have new work again at the next wait, so that the caller may
+        claim from the named ones alone."""
 
     async def claim_runs(
         self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float

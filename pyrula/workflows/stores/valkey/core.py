@@ -222,7 +222,7 @@ def rotate(items: list[int], by: int) -> list[int]:
 
 
 def quota(remaining: int, shards: int) -> int:
-    """What a claim asks of each of ``shards`` open shards (claims.lua's claim_due too)."""
+    """What a claim asks of each of ``shards`` open shards (claim_due.lua's claim_due too)."""
     return min(remaining, max(CLAIM_SHARE, math.ceil(remaining / max(1, shards))))
 
 

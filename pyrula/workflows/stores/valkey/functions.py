@@ -35,7 +35,15 @@ from pyrula.workflows.stores.valkey.keys import TOMBSTONE, lua_prelude
 
 log = logging.getLogger(__name__)
 
-LUA_FILES = ("common.lua", "runs.lua", "claims.lua", "leases.lua", "admin.lua", "flow.lua")
+LUA_FILES = (
+    "common.lua",
+    "runs.lua",
+    "claims.lua",
+    "claim_due.lua",
+    "leases.lua",
+    "admin.lua",
+    "flow.lua",
+)
 """Concatenated in this order into one chunk, so later files see common.lua's helpers."""
 LIBRARY_PREFIX = "pyrula_"
 

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 RESYNC_INTERVAL = 30.0
 """On a cluster, how often a claimer rewrites its workflow's hints from every shard."""
 
+WAKE_READY = "r"
+"""The value of a wake-up pushed for runs put on a ready list (lua/common.lua push_wake)."""
+
 HINT_EVERY = 0.01
 """Single node: a claim that its workflow's ready list can fill reads the shards' queues
 first at least this often (seconds), and for this long after it found the list dry; the
@@ -62,6 +65,7 @@ class QueueOps(ValkeyCore):
     _resynced: dict[str, float]
     _recover_from: int
     _shards_first: dict[str, tuple[float, float]]
+    _wake_turn: int
     _wake_waits: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future[Any]]
 
     async def _block(self, closed: asyncio.Future[None], *command: Any) -> Any:
@@ -71,18 +75,30 @@ class QueueOps(ValkeyCore):
         raise NotImplementedError  # RunOps
 
     # -- waiting for work --------------------------------------------------------------
-    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
+    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> Sequence[str] | None:
+        """Block on the workflows' wake-up lists. Returns the workflow whose wake-up
+        ended the wait when it was pushed for runs put on its ready list
+        (``WAKE_READY``: due now, under no flow control, so a claim that finds none of
+        them lost them to another claimer), else None. On a single node ``BLPOP`` pops
+        from the first non-empty list in the order given, rotated by one each call so
+        that one workflow's stream of wake-ups cannot keep another's waiting; the
+        others' wake-ups stay for the next wait."""
         names = list(dict.fromkeys(workflows))
         if not names or timeout <= 0 or self._notifier.closed:
-            return
+            return None
         await self._ensure_open()
         closed = self._notifier.register("close")
         block = f"{max(0.01, min(timeout, self.block_slice)):.3f}"
         try:
             if not self.cluster or len(names) == 1:
-                keys = [self._keys.wake(wf) for wf in names]
-                await self._block(closed, "BLPOP", *keys, block)
-                return
+                self._wake_turn = turn = (self._wake_turn + 1) % len(names)
+                order = names[turn:] + names[:turn]
+                keys = [self._keys.wake(wf) for wf in order]
+                popped = await self._block(closed, "BLPOP", *keys, block)
+                if not popped or text(popped[1]) != WAKE_READY:
+                    return None
+                key = text(popped[0])
+                return [wf for wf, k in zip(order, keys, strict=True) if k == key] or None
             # One BLPOP per workflow (their keys are in different slots). The ones still
             # blocked when this call returns are kept for the next call, not cancelled:
             # a cancelled one would run on (parked) and take the next wake-up of its
@@ -94,6 +110,7 @@ class QueueOps(ValkeyCore):
             for wf in names:
                 if self._wake_waits[loop, wf].done():
                     del self._wake_waits[loop, wf]
+            return None  # a cluster has no ready lists: no wake-up is WAKE_READY
         finally:
             self._notifier.unregister("close", closed)
 
@@ -208,7 +225,11 @@ class QueueOps(ValkeyCore):
             self._shards_first[workflow] = (due_at, dry_until)
             leases += [lease_of(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             for i in range(0, len(blocked), 8):
-                shard, owed = int(blocked[i]), int(blocked[i + 1])
+                # What flow control holds back is claimed only up to the limit (the ready
+                # list may have filled it past what the Lua owed).
+                shard, owed = int(blocked[i]), min(int(blocked[i + 1]), limit - len(leases))
+                if owed <= 0:
+                    break
                 try:
                     leases += await self._claim_rest(
                         shard, owed, [[], blocked[i + 2 : i + 8]], worker_id, workflow, ttl
@@ -383,7 +404,7 @@ class QueueOps(ValkeyCore):
         requeued: list[str] = []
         dead: list[str] = []
         candidates: list[tuple[int, str, str]] = []  # (shard, run_id, token)
-        if not self.cluster:  # runs claimed from ready lists (claims.lua claim_ready)
+        if not self.cluster:  # runs claimed from ready lists (claim_due.lua claim_ready)
             ids, found = flat_text(
                 await self._server.call(
                     "recover_lists",

@@ -112,6 +112,7 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
         self._resynced: dict[str, float] = {}
         self._recover_from = 0
         self._shards_first = {}
+        self._wake_turn = 0
         self._wake_waits = {}
         self._opened: tuple[int, int] | None = None
 

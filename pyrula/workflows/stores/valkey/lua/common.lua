@@ -162,8 +162,9 @@ end
 -- (submitted with no delay or start_at, released, recovered, retried, woken) and not under
 -- flow control, at the tail of the workflow's ready list (hint prefix 'r') instead of in
 -- their shard's queue: FIFO by available_at, as the shard's queue would order them. A
--- claim moves one into the in-flight list ('i') with one LMOVE, and that
--- list, not the shard's lease index, is where the orphan scan finds it (recover_lists).
+-- claim moves them into the in-flight list ('i': one LMOVE, or an LPOP and an LPUSH for
+-- more than one, see claim_ready), and that list, not the shard's lease index, is where
+-- the orphan scan finds them (recover_lists).
 -- An entry is "<shard>:<run_id>"; the run's field q says where it is: 'r' while queued in
 -- the ready list, 'i' while running from the in-flight list, '' (or absent) elsewhere;
 -- 'x' only in memory, for a run its caller has already taken off the ready list.
@@ -316,9 +317,16 @@ local function journal_add(c, id, position, attempts, token, entry)
 end
 
 -- Wake one idle claimer of a workflow. The list is bounded, trimmed only once it grows
--- (a claim that comes up short deletes it).
-local function push_wake(hp)
-  if redis.call('LPUSH', hp .. 'wake', '1') > 16 then redis.call('LTRIM', hp .. 'wake', 0, 7) end
+-- (a claim that comes up short deletes it). The value says why: WAKE_READY for runs put
+-- on the ready list (due now, under no flow control: a claim that finds none of them
+-- lost them to another claimer), '1' for anything else (a delayed or rate-limited run
+-- too: the claimer's timer loop should look again).
+local WAKE_READY = 'r'
+
+local function push_wake(hp, why)
+  if redis.call('LPUSH', hp .. 'wake', why or '1') > 16 then
+    redis.call('LTRIM', hp .. 'wake', 0, 7)
+  end
 end
 
 local function apply_hint_at(hp, shard, ver, due, timer, wake)
@@ -355,7 +363,7 @@ end
 -- is needed (versions order the cluster's separate hint writes); the 't' zset is only
 -- rewritten when the workflow's timers changed (timer nil).
 -- due: the shard's first due time ('' none), {lt = t} (only runs queued: lower it to t
--- if later) or nil (unchanged).
+-- if later) or nil (unchanged); wake: the wake-up to push (see push_wake), nil none.
 local function write_hint(hp, shard, due, timer, wake)
   if type(due) == 'table' then redis.call('ZADD', hp .. 'd', 'LT', fmt(due.lt), shard)
   elseif due == '' then redis.call('ZREM', hp .. 'd', shard)
@@ -364,7 +372,7 @@ local function write_hint(hp, shard, due, timer, wake)
     if timer == '' then redis.call('ZREM', hp .. 't', shard)
     else redis.call('ZADD', hp .. 't', timer, shard) end
   end
-  if wake then push_wake(hp) end
+  if wake then push_wake(hp, wake) end
 end
 
 -- The shard's due hint for wf after this call, at the least cost (see shard_ctx). A hint
@@ -385,12 +393,13 @@ end
 
 local function done_inline(c)
   for wf in pairs(c.ready) do
-    if not c.touched[wf] then push_wake(hint_prefix(c.ns, wf)) end
+    if not c.touched[wf] then push_wake(hint_prefix(c.ns, wf), WAKE_READY) end
   end
   for wf in pairs(c.touched) do
     local timer = nil
     if c.tt[wf] then timer = first_score(c.P .. K.timers .. kpart(wf)) end
-    write_hint(hint_prefix(c.ns, wf), c.shard, due_hint(c, wf), timer, c.wake[wf] or c.ready[wf])
+    local wake = (c.wake[wf] and '1') or (c.ready[wf] and WAKE_READY) or nil
+    write_hint(hint_prefix(c.ns, wf), c.shard, due_hint(c, wf), timer, wake)
   end
   if c.timers then
     write_hint(timer_hint_prefix(c.ns), c.shard, first_score(c.P .. K.all_timers), nil, nil)

@@ -178,6 +178,12 @@ def pack_entry(entry: JournalEntry) -> str:
     return entry_head(entry.kind, entry.name) + ("1" if entry.ok else "0") + entry.value
 
 
+FINISH_FIELDS = 11
+"""The arguments of one finish (lua/leases.lua finish's ARGV[4..], finish_many's stride
+after the shard): run id, token, status, has_result, result, has_error, error,
+failed_position, and the last step's position, attempts and entry ('' none)."""
+
+
 def entry_args(entry: JournalEntry) -> list[str]:
     """An entry as the Lua functions that write one take it: position, attempts, packed."""
     return [str(entry.position), str(entry.attempts), pack_entry(entry)]

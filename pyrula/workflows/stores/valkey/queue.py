@@ -40,6 +40,7 @@ from pyrula.workflows.stores.valkey.core import (
     quota,
     rotate,
 )
+from pyrula.workflows.stores.valkey.finishing import FinishBatches
 from pyrula.workflows.stores.valkey.runs import nondeterminism
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class QueueOps(ValkeyCore):
     _recover_from: int
     _shards_first: dict[str, tuple[float, float]]
     _wake_turn: int
+    _finishes: FinishBatches
     _wake_waits: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future[Any]]
 
     async def _block(self, closed: asyncio.Future[None], *command: Any) -> Any:
@@ -355,16 +357,18 @@ class QueueOps(ValkeyCore):
         self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
     ) -> RunRecord:
         check_finish_outcome(outcome, run_id, entry)
-        last = [] if entry is None else entry_args(entry)
-        reply = flat_text(
-            await self._run_call(
-                "finish", run_id, run_id, str(token), outcome.status.value,
-                "0" if outcome.result is None else "1", outcome.result or "",
-                "0" if outcome.error is None else "1", outcome.error or "",
-                "" if outcome.failed_position is None else str(int(outcome.failed_position)),
-                *last,
-            )
-        )  # fmt: skip
+        args = [
+            run_id, str(token), outcome.status.value,
+            "0" if outcome.result is None else "1", outcome.result or "",
+            "0" if outcome.error is None else "1", outcome.error or "",
+            "" if outcome.failed_position is None else str(int(outcome.failed_position)),
+            *(("", "", "") if entry is None else entry_args(entry)),
+        ]  # fmt: skip
+        if self.cluster:
+            reply = flat_text(await self._run_call("finish", run_id, *args))
+        else:  # with the other finishes of this turn of the loop (finishing.py)
+            await self._ensure_open()
+            reply = flat_text(await self._finishes.finish(self._keys.shard_of(run_id), args))
         if reply[0] == "nondet":
             assert entry is not None
             raise nondeterminism(run_id, entry.position, reply[1], entry)

@@ -18,6 +18,7 @@ from pyrula.workflows.stores.valkey import functions
 from pyrula.workflows.stores.valkey.clients import mask_url
 from pyrula.workflows.stores.valkey.codec import text
 from pyrula.workflows.stores.valkey.connection import Server
+from pyrula.workflows.stores.valkey.finishing import FinishBatches
 from pyrula.workflows.stores.valkey.keys import Keys, validate_namespace
 from pyrula.workflows.stores.valkey.queue import QueueOps
 from pyrula.workflows.stores.valkey.runs import RunOps
@@ -113,6 +114,7 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
         self._recover_from = 0
         self._shards_first = {}
         self._wake_turn = 0
+        self._finishes = FinishBatches(self)
         self._wake_waits = {}
         self._opened: tuple[int, int] | None = None
 
@@ -230,6 +232,7 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
             )
 
     async def close(self) -> None:
+        await self._finishes.drain()  # finishes on their way: written or failed first
         self._notifier.close()
         await self._server.close()
         self._opened = None

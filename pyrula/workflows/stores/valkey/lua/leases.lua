@@ -18,7 +18,9 @@
 --                  -> {'ok'} | {'nondet', e}   (a child on another shard was created)
 --   finish         ARGV[4..] run_id, token, status, has_result, result, has_error, error,
 --                  failed_position ('' none), then optionally the last step's journal
---                  entry: position, attempts, entry -> {'ok', run} or {'nondet', e}
+--                  entry: position ('' none), attempts, entry -> {'ok', run} or
+--                  {'nondet', e}
+-- Single node, several finishes in one call: finish_many (see the function).
 --   release        ARGV[4..] run_id, token, available_at ('' now) -> ''
 --   set_progress   ARGV[4..] run_id, token, state, info -> ''
 --   suspend        ARGV[4..] the signal list key ('' none), run_id, token, wake_at
@@ -124,20 +126,48 @@ register('append_child', function(keys, argv)
   return done(c, {'ok'})
 end)
 
-register('finish', function(keys, argv)
-  local c = ctx(keys, argv)
-  local id, token, status = argv[4], argv[5], argv[6]
+-- finish's work on c's shard, its arguments at a[i..] (finish's ARGV[4..]).
+local function finish_at(c, a, i)
+  local id, token, status = a[i], a[i + 1], a[i + 2]
   local r = fenced(c, id, token)
-  if argv[12] ~= nil then
-    local other = journal_add(c, id, argv[12], argv[13], token, argv[14])
+  if a[i + 8] ~= nil and a[i + 8] ~= '' then
+    local other = journal_add(c, id, a[i + 8], a[i + 9], token, a[i + 10])
     if other then return done(c, {'nondet', other}) end
   end
   local changes = {rs = NIL, er = NIL}
-  if argv[7] == '1' then changes.rs = argv[8] end
-  if argv[9] == '1' then changes.er = argv[10] end
-  if argv[11] ~= '' then changes.fp = argv[11] end
+  if a[i + 3] == '1' then changes.rs = a[i + 4] end
+  if a[i + 5] == '1' then changes.er = a[i + 6] end
+  if a[i + 7] ~= '' then changes.fp = a[i + 7] end
   end_run(c, r, status, changes)
   return done(c, {'ok', pack_run(r)})
+end
+
+register('finish', function(keys, argv)
+  return finish_at(ctx(keys, argv), argv, 4)
+end)
+
+-- Single node only (it touches every shard's keys): several finishes with one TIME.
+-- Each is finish's work on its own shard, its error (a lost lease, say) its own: caught,
+-- so it stops neither the others nor their writes (every precondition of a finish is
+-- checked before its first write). ARGV[2..] namespace, n, then n times: shard, then
+-- finish's FINISH_FIELDS arguments (ARGV[4..], the last step's three always there, ''
+-- none) -> {{1, finish's reply} or {0, error message}, ...}
+register('finish_many', function(keys, argv)
+  local now = now_of(argv[1])
+  local ns = argv[2]
+  local out = {}
+  for j = 0, tonumber(argv[3]) - 1 do
+    local at = 4 + (1 + FINISH_FIELDS) * j
+    local shard = argv[at]
+    local c = shard_ctx(shard_prefix(ns, shard), now, ns, shard)
+    local ok, reply = pcall(finish_at, c, argv, at + 1)
+    if ok then
+      out[#out + 1] = {1, reply}
+    else
+      out[#out + 1] = {0, type(reply) == 'table' and reply.err or tostring(reply)}
+    end
+  end
+  return out
 end)
 
 register('release', function(keys, argv)

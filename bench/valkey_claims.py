@@ -25,7 +25,10 @@ it by PID at the end. Every figure below is measured in this one run.
    finish (``finish_run``), the client's ``wait_run`` of a finished run, and claims of
    50 at a time (per run). commandstats counts the commands a Lua function runs as well
    as the ones clients send; a second pass under ``MONITOR`` splits the two. Also the
-   server's CPU per event (``used_cpu_user + used_cpu_sys`` delta, first pass).
+   server's CPU per event (``used_cpu_user + used_cpu_sys`` delta, first pass), and the
+   part of it spent running the event's functions (commandstats ``usec`` of ``FCALL``,
+   which includes the commands they run): the events come one at a time, as a lone
+   client's do, so each call finds the server's caches cold.
 
     python bench/valkey_claims.py [--backlogs 0,1000,20000] [--probes 2000] [--events 2000]
 """
@@ -301,14 +304,15 @@ async def commands(server: BenchValkey, n: int) -> None:
         info.close()
     print(f"3. server commands per event (commandstats over {n:,} each; MONITOR split over "
           f"{split_n}); target <= 5 per step and per claim")  # fmt: skip
-    widths = (13, 8, 8, 8, 9, 46)
-    row("event", "all", "sent", "by Lua", "cpu µs", "commandstats per event", widths=widths)
+    widths = (13, 8, 8, 8, 9, 9, 46)
+    row("event", "all", "sent", "by Lua", "cpu µs", "fcall µs", "commandstats per event",
+        widths=widths)  # fmt: skip
     for name, delta in plain.deltas.items():
         top, lua = monitored.split[name]
         per = ", ".join(f"{c} {k / n:.1f}" for c, k in delta.calls.most_common(7))
         row(name, f"{delta.total / n:.2f}", f"{sum(top.values()) / split_n:.2f}",
-            f"{sum(lua.values()) / split_n:.2f}", f"{delta.cpu / n * 1e6:.1f}", per,
-            widths=widths)  # fmt: skip
+            f"{sum(lua.values()) / split_n:.2f}", f"{delta.cpu / n * 1e6:.1f}",
+            f"{delta.usec.get('fcall', 0) / n:.1f}", per, widths=widths)  # fmt: skip
     for name in ("claim", "step"):
         # Neither function runs a GET: a GET here is the store's periodic data-loss check
         # (one marker read per node every dataloss.CHECK_EVERY_CALLS calls), not the event.

@@ -10,8 +10,9 @@ the process), with :func:`.resp.pack_command` writing the commands and
 :class:`.resp.LeanRESP2Parser` reading the replies.
 
 It sends exactly what the async store sends, built by the store's own helpers (the key
-names, the shard call, the ``FCALL`` arguments, ``new_run_args``) and reads the replies
-with the store's own reader (``to_run``), so it follows any change to them.
+names, the shard call, the ``FCALL`` arguments, ``new_run_args``, ``_ready_args``) and
+reads the replies with the store's own reader (``to_run``), so it follows any change to
+them.
 It handles only the ordinary case: :meth:`BlockingValkey.ready` is false, or ``create``
 returns False having stored nothing, when the async path must do the call: a
 cluster, a store not yet opened in this process (or opened before a data loss), a server
@@ -198,18 +199,21 @@ class BlockingValkey:
         if new.idempotency_key is not None or not self.knows(new.workflow):
             return False
         shard = store._keys.shard_of(new.run_id)
+        ready = store._ready_args(new)
+        if ready is not None:
+            command = store._server._fcall_args(
+                "create_ready", store._keys.shard(shard), (store.namespace, str(shard), *ready)
+            )
+            reply = self._create_call(command)
+            if reply is None:
+                return False
+            if text(reply[0]) == "created":
+                return True
+            store._owned_workflows.add(new.workflow)
         name, key, args = store._shard_call("create", shard, *new_run_args(new), "0")
-        command = store._server._fcall_args(name, key, args)
-        try:
-            reply = self._send(command)
-        except vex.ResponseError as exc:
-            if functions.is_function_missing(exc):
-                return False  # the async path loads the library again
-            raise store._server.translate(exc) from None
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise store._server.translate(exc) from None
+        reply = self._create_call(store._server._fcall_args(name, key, args))
+        if reply is None:
+            return False
         payload, hints, timer_hint, followups = reply
         if hints or timer_hint or followups or text(payload[0]) != "created":
             # Never on a single node for a run without a parent; if it ever comes, it
@@ -219,6 +223,20 @@ class BlockingValkey:
                 f"hints {hints!r} {timer_hint!r} and follow-ups {followups!r}"
             )
         return True
+
+    def _create_call(self, command: tuple[Any, ...]) -> Any:
+        """A create's reply; None when the async path must do it (a missing library)."""
+        store = self.store
+        try:
+            return self._send(command)
+        except vex.ResponseError as exc:
+            if functions.is_function_missing(exc):
+                return None  # the async path loads the library again
+            raise store._server.translate(exc) from None
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise store._server.translate(exc) from None
 
     def _fields(self, run_id: str) -> dict[str, str] | None:
         flat = self._command(("HGETALL", self.store._keys.run(run_id)))

@@ -141,6 +141,40 @@ def new_run_args(new: NewRun) -> list[str]:
     ]
 
 
+def ready_args(new: NewRun) -> list[str] | None:
+    """create_ready's ARGV[4..] (lua/runs.lua) when ``new`` may go straight to its
+    workflow's ready list on a single node: no idempotency key, parent, owner, flow
+    control, delay or start_at. Else None (``create`` takes it)."""
+    flow = new.flow
+    if (
+        new.idempotency_key is not None
+        or new.parent_run_id is not None
+        or new.owner != DEFAULT_OWNER
+        or new.delay
+        or new.start_at is not None
+        or (flow.rate_key is not None and flow.rate_per_second)
+        or flow.owner_concurrency is not None
+    ):
+        return None
+    expires = new.expires_at is not None
+    return [
+        new.run_id,
+        new.workflow,
+        new.params,
+        num(new.expires_at) if new.expires_at is not None else "",
+        expired_error(_stub(new)) if expires else "",
+    ]
+
+
+def ready_run(new: NewRun, at: str, seq: str) -> RunRecord:
+    """The record create_ready stored for ``new`` (queued at server time ``at``)."""
+    fields = {"wf": new.workflow, "p": new.params, "ow": DEFAULT_OWNER, "ca": at, "sq": seq,
+              "st": "queued", "aa": at, "ua": at, "q": "r"}  # fmt: skip
+    if new.expires_at is not None:
+        fields["ex"] = num(new.expires_at)
+    return to_run(new.run_id, fields)
+
+
 def _stub(new: NewRun) -> RunRecord:
     """Enough of a record for the rules that only read its id."""
     return RunRecord(new.run_id, new.workflow, new.params, RunStatus.QUEUED, new.owner,

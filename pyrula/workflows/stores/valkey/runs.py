@@ -20,6 +20,8 @@ from pyrula.workflows.stores.valkey.codec import (
     new_run_from_reservation,
     pack_entry,
     pairs,
+    ready_args,
+    ready_run,
     text,
     to_run,
     unpack_entry,
@@ -39,6 +41,8 @@ class RunOps(ValkeyCore):
     """Creating, reading, waiting for, cancelling and retrying runs; signals; children."""
 
     block_slice: float
+    _owned_workflows: set[str]
+    """Workflows create_ready refused (an owned run was submitted to them: for good)."""
 
     # -- create ------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
@@ -49,12 +53,30 @@ class RunOps(ValkeyCore):
         return await self._create_keyed(new, new.idempotency_key)
 
     async def _insert(self, new: NewRun, *, allow_existing: bool) -> tuple[RunRecord, bool]:
+        ready = None if allow_existing or self.cluster else self._ready_args(new)
+        if ready is not None:
+            shard = self._keys.shard_of(new.run_id)
+            reply = flat_text(
+                await self._server.call(
+                    "create_ready", self._keys.shard(shard), self.namespace, str(shard), *ready
+                )
+            )
+            if reply[0] == "created":
+                return ready_run(new, reply[1], reply[2]), True
+            self._owned_workflows.add(new.workflow)
         payload = flat_text(
             await self._run_call(
                 "create", new.run_id, *new_run_args(new), "1" if allow_existing else "0"
             )
         )
         return to_run(new.run_id, payload[1]), payload[0] == "created"
+
+    def _ready_args(self, new: NewRun) -> list[str] | None:
+        """create_ready's arguments for ``new`` (single node), unless its workflow takes
+        ``create`` (an owned run was submitted to it: create_ready said so once)."""
+        if new.workflow in self._owned_workflows:
+            return None
+        return ready_args(new)
 
     async def _create_keyed(self, new: NewRun, key: str) -> tuple[RunRecord, bool]:
         """Reserve the key in its own shard, then create the run in the run's shard.

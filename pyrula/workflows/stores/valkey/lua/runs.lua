@@ -2,6 +2,9 @@
 --
 -- Shard functions (contract in common.lua: KEYS[1] shard prefix, ARGV[1..3] clock,
 -- inline-hint namespace, shard number; they return {payload, hints, timer_hint, followups}):
+--   create_ready  (single node) the commonest create, with less work; unlike the shard
+--                 functions it returns its payload alone ({'created', at, seq} or
+--                 {'owned'}: see the function), never through _shard/_after
 --   create        ARGV[4..] run_id, workflow, params, owner, has_key ('1'), key, delay,
 --                 start_at ('' none), parent ('' none), rate_key, rate_per_second,
 --                 rate_burst, owner_concurrency ('' none), expires_at ('' none), the error
@@ -66,6 +69,39 @@ register('create', function(keys, argv)
     fail('STATE', 'a run with id ' .. id .. ' already exists')
   end
   return done(c, {'created', pack_run(insert_run(c, argv, 4))})
+end)
+
+-- Single node: create's work for the commonest run, the least Lua for it (the server
+-- pays for every line a call runs): no idempotency key, parent, owner, flow control,
+-- delay or start_at, so it goes to the tail of its workflow's ready list (see
+-- list_entry), with the fields insert_run and enqueue write. A workflow an owned run was
+-- submitted to (mark_owned) takes create instead.
+-- KEYS[1] the shard prefix; ARGV[2..] namespace, shard, run_id, workflow, params,
+-- expires_at ('' none), the error to store if it expires
+-- -> {'created', created_at, seq} | {'owned'} (nothing written: call create)
+register('create_ready', function(keys, argv)
+  local P, ns, shard, id, wf = keys[1], argv[2], argv[3], argv[4], argv[5]
+  if ns == '' then fail('INTERNAL', 'create_ready is for a single node') end
+  local key = P .. K.run .. id
+  if redis.call('EXISTS', key) == 1 then
+    fail('STATE', 'a run with id ' .. id .. ' already exists')
+  end
+  local hp = hint_prefix(ns, wf)
+  if redis.call('EXISTS', hp .. 'm') == 1 then return {'owned'} end
+  local now = now_of(argv[1])
+  local seq = tostring(redis.call('INCR', P .. K.seq))
+  local at = fmt(now)
+  if argv[7] ~= '' then
+    redis.call('HSET', key, 'wf', wf, 'p', argv[6], 'ow', '', 'ca', at, 'sq', seq,
+               'st', 'queued', 'aa', at, 'ua', at, 'q', 'r', 'ex', argv[7], 'xe', argv[8])
+  else
+    redis.call('HSET', key, 'wf', wf, 'p', argv[6], 'ow', '', 'ca', at, 'sq', seq,
+               'st', 'queued', 'aa', at, 'ua', at, 'q', 'r')
+  end
+  redis.call('RPUSH', hp .. 'r', shard .. ':' .. id)
+  redis.call('ZADD', P .. K.all, at, member({sq = seq, id = id}))
+  push_wake(hp, WAKE_READY)
+  return {'created', at, seq}
 end)
 
 -- Non-terminal descendants on this shard, parents before children; others followed up.

@@ -67,3 +67,19 @@ def own_server() -> Iterator[ValkeyProcess]:
         yield server
     finally:
         server.cleanup()
+
+
+def function_calls(store: ValkeyStore, prefix: str = "") -> list[str]:
+    """The names of the library functions ``store`` calls from now on (starting with
+    ``prefix``), in order; the calls still run."""
+    names: list[str] = []
+    server = store._server
+    call = server.call
+
+    async def recording(name: str, key: str, *args: Any) -> Any:
+        if name.startswith(prefix):
+            names.append(name)
+        return await call(name, key, *args)
+
+    server.call = recording  # type: ignore[method-assign]
+    return names

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
 
 import pytest
 
@@ -20,24 +19,9 @@ from pyrula.workflows.sync import WorkflowClient as BlockingClient
 from tests.stores.conftest import FakeClock
 from tests.stores.helpers import TTL, create, new_run
 
-from .conftest import MakeStore
+from .conftest import MakeStore, function_calls
 
 TIMES = ("ca", "aa", "ua")
-
-
-def record_calls(store: ValkeyStore) -> list[str]:
-    """The create functions the store calls from now on (the calls still run)."""
-    names: list[str] = []
-    server = store._server
-    call = server.call
-
-    async def recording(name: str, key: str, *args: Any) -> Any:
-        if name.startswith("create"):
-            names.append(name)
-        return await call(name, key, *args)
-
-    server.call = recording  # type: ignore[method-assign]
-    return names
 
 
 async def stored(store: ValkeyStore, run_id: str) -> dict[str, str]:
@@ -63,7 +47,7 @@ async def test_it_stores_what_create_stores(
     quick_id, slow_id = same_shard_ids(store, 2)
     quick = new_run("wf", expires_at=expires_at, run_id=quick_id)
     slow = new_run("wf", expires_at=expires_at, run_id=slow_id)
-    names = record_calls(store)
+    names = function_calls(store, "create")
     await store.create_run(quick)
     assert names == ["create_ready"]
     await store._run_call("create", slow_id, *new_run_args(slow), "0")
@@ -95,7 +79,7 @@ async def test_the_record_it_returns_is_the_one_stored(make_store: MakeStore) ->
 
 async def test_a_workflow_with_an_owned_run_takes_create(make_store: MakeStore) -> None:
     store = await make_store("single", shard_count=4)
-    names = record_calls(store)
+    names = function_calls(store, "create")
     await create(store)
     tenant = await create(store, owner="t1")  # the workflow's runs go to the shards
     plain = await create(store)
@@ -131,7 +115,7 @@ async def test_the_blocking_client_takes_it_and_gives_way_to_create(
         return None
 
     client = BlockingClient(store, registry=registry)
-    names = record_calls(store)
+    names = function_calls(store, "create")
 
     def use() -> list[str]:
         first = client.submit("wf")  # notes the workflow through the loop thread
@@ -152,6 +136,6 @@ async def test_the_blocking_client_takes_it_and_gives_way_to_create(
 
 async def test_a_cluster_never_takes_it(make_store: MakeStore) -> None:
     store = await make_store("cluster", shard_count=4)
-    names = record_calls(store)
+    names = function_calls(store, "create")
     await create(store)
     assert names == ["create"]

@@ -15,20 +15,7 @@ from pyrula.workflows.stores.valkey.finishing import MAX_BATCH
 from tests.stores.helpers import COMPLETED, TTL, create, entry
 from tests.valkey.servers import ValkeyProcess, fresh_namespace
 
-from .conftest import MakeStore
-
-
-async def calls_to(store: ValkeyStore, names: list[str]) -> list[str]:
-    """Record the names of the functions the store calls from now on."""
-    server = store._server
-    call = server.call
-
-    async def recording(name: str, key: str, *args: Any) -> Any:
-        names.append(name)
-        return await call(name, key, *args)
-
-    server.call = recording  # type: ignore[method-assign]
-    return names
+from .conftest import MakeStore, function_calls
 
 
 async def claimed(store: ValkeyStore, count: int) -> list[Any]:
@@ -42,7 +29,7 @@ async def claimed(store: ValkeyStore, count: int) -> list[Any]:
 async def test_finishes_of_one_turn_share_one_call(make_store: MakeStore) -> None:
     store = await make_store("single", shard_count=8)
     leases = await claimed(store, 5)
-    names = await calls_to(store, [])
+    names = function_calls(store)
     finished = await asyncio.gather(
         *(store.finish_run(lease.run_id, lease.token, COMPLETED) for lease in leases)
     )
@@ -60,7 +47,7 @@ async def test_a_lost_lease_fails_its_finish_alone(make_store: MakeStore) -> Non
     first, lost, last = await claimed(store, 3)
     await store.terminate_run(lost.run_id)
     failed = Outcome(RunStatus.FAILED, error='{"type": "E", "message": "m"}')
-    names = await calls_to(store, [])
+    names = function_calls(store)
     results = await asyncio.gather(
         store.finish_run(first.run_id, first.token, COMPLETED),
         store.finish_run(lost.run_id, lost.token, COMPLETED),
@@ -84,7 +71,7 @@ async def test_a_replay_that_went_elsewhere_fails_its_finish_alone(
     store = await make_store("single", shard_count=8)
     ok, odd = await claimed(store, 2)
     await store.append_journal(odd.token, entry(odd.run_id, 0, "first"))
-    names = await calls_to(store, [])
+    names = function_calls(store)
     results = await asyncio.gather(
         store.finish_run(ok.run_id, ok.token, COMPLETED, entry(ok.run_id, 0, "first")),
         store.finish_run(odd.run_id, odd.token, COMPLETED, entry(odd.run_id, 0, "other")),
@@ -102,7 +89,7 @@ async def test_a_cancelled_finish_leaves_the_others_of_its_batch(make_store: Mak
     caller sees CancelledError); the others of the batch get their own outcomes."""
     store = await make_store("single", shard_count=8)
     leases = await claimed(store, 3)
-    names = await calls_to(store, [])
+    names = function_calls(store)
     tasks = [
         asyncio.create_task(store.finish_run(lease.run_id, lease.token, COMPLETED))
         for lease in leases
@@ -126,7 +113,7 @@ async def test_a_server_gone_fails_every_finish_of_the_batch() -> None:
         await store.open()
         leases = await claimed(store, 2)
         process.stop()
-        names = await calls_to(store, [])
+        names = function_calls(store)
         results = await asyncio.gather(
             *(store.finish_run(lease.run_id, lease.token, COMPLETED) for lease in leases),
             return_exceptions=True,
@@ -148,7 +135,7 @@ async def test_a_server_gone_fails_every_finish_of_the_batch() -> None:
 async def test_finishes_on_many_shards(make_store: MakeStore, count: int) -> None:
     store = await make_store("single")
     leases = await claimed(store, count)
-    names = await calls_to(store, [])
+    names = function_calls(store)
     finished = await asyncio.gather(
         *(store.finish_run(lease.run_id, lease.token, COMPLETED) for lease in leases)
     )
@@ -168,7 +155,7 @@ async def test_runs_capped_per_owner_free_their_slots_in_one_batch(make_store: M
     for _ in range(4):  # a claim across shards may come back short of the cap
         first += await store.claim_runs("w", ["wf"], 4, TTL)
     assert len(first) == 2  # the owner's two slots taken
-    names = await calls_to(store, [])
+    names = function_calls(store)
     await asyncio.gather(*(store.finish_run(x.run_id, x.token, COMPLETED) for x in first))
     assert names == ["finish_many"]
     rest: list[Any] = []

@@ -20,6 +20,7 @@ from tests.stores.conftest import FakeClock
 from tests.stores.helpers import TTL, create, new_run
 
 from .conftest import MakeStore, function_calls
+from .servers import ValkeyProcess, fresh_namespace
 
 TIMES = ("ca", "aa", "ua")
 
@@ -127,7 +128,7 @@ async def test_the_blocking_client_takes_it_and_gives_way_to_create(
     ids = await asyncio.to_thread(use)
     # The blocking path sends its FCALLs itself: only the loop thread's calls show here.
     assert names == ["create_ready"], names
-    assert store._owned_workflows == {"wf"}  # the blocking path met "owned" and went on
+    assert "wf" in store._owned_workflows  # the blocking path met "owned" and went on
     runs = [await store.get_run(run_id) for run_id in ids]
     assert all(run is not None and run.status is RunStatus.QUEUED for run in runs)
     raw = store._server.client()
@@ -139,3 +140,29 @@ async def test_a_cluster_never_takes_it(make_store: MakeStore) -> None:
     names = function_calls(store, "create")
     await create(store)
     assert names == ["create"]
+
+
+async def test_the_blocking_client_after_the_library_vanished(
+    own_server: ValkeyProcess, registry: Registry
+) -> None:
+    """A server that lost its functions (restarted without persistence, FLUSHed): the
+    blocking create_ready gets "Function not found", hands the submit to the async path,
+    which loads the library again, and the run is created once."""
+    store = ValkeyStore(own_server.url, namespace=fresh_namespace(), shard_count=4)
+    await store.open()
+    try:
+
+        @workflow(registry=registry, name="wf")
+        async def wf(ctx: WorkflowContext) -> None:
+            return None
+
+        client = BlockingClient(store, registry=registry)
+        await asyncio.to_thread(client.submit, "wf")  # notes the workflow
+        own_server.client().function_flush()
+        handle = await asyncio.to_thread(client.submit, "wf")
+        run = await store.get_run(handle.run_id)
+        assert run is not None and run.status is RunStatus.QUEUED
+        raw = store._server.client()
+        assert await raw.llen(store._keys.hint("wf") + "r") == 2
+    finally:
+        await store.close()

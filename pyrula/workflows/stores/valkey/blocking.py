@@ -209,7 +209,7 @@ class BlockingValkey:
                 return False
             if text(reply[0]) == "created":
                 return True
-            store._owned_workflows.add(new.workflow)
+            store._note_owned_workflow(new.workflow)
         name, key, args = store._shard_call("create", shard, *new_run_args(new), "0")
         reply = self._create_call(store._server._fcall_args(name, key, args))
         if reply is None:

@@ -41,8 +41,9 @@ class RunOps(ValkeyCore):
     """Creating, reading, waiting for, cancelling and retrying runs; signals; children."""
 
     block_slice: float
-    _owned_workflows: set[str]
-    """Workflows create_ready refused (an owned run was submitted to them: for good)."""
+    _owned_workflows: dict[str, int]
+    """Workflows create_ready refused (an owned run was submitted to them: for good, as
+    long as the server keeps its data), with the server generation that said so."""
 
     # -- create ------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
@@ -63,7 +64,7 @@ class RunOps(ValkeyCore):
             )
             if reply[0] == "created":
                 return ready_run(new, reply[1], reply[2]), True
-            self._owned_workflows.add(new.workflow)
+            self._note_owned_workflow(new.workflow)
         payload = flat_text(
             await self._run_call(
                 "create", new.run_id, *new_run_args(new), "1" if allow_existing else "0"
@@ -74,9 +75,13 @@ class RunOps(ValkeyCore):
     def _ready_args(self, new: NewRun) -> list[str] | None:
         """create_ready's arguments for ``new`` (single node), unless its workflow takes
         ``create`` (an owned run was submitted to it: create_ready said so once)."""
-        if new.workflow in self._owned_workflows:
+        if self._owned_workflows.get(new.workflow) == self._server.generation:
             return None
         return ready_args(new)
+
+    def _note_owned_workflow(self, workflow: str) -> None:
+        """create_ready answered "owned" for ``workflow``: use create from now on."""
+        self._owned_workflows[workflow] = self._server.generation
 
     async def _create_keyed(self, new: NewRun, key: str) -> tuple[RunRecord, bool]:
         """Reserve the key in its own shard, then create the run in the run's shard.

@@ -10,7 +10,7 @@ the process), with :func:`.resp.pack_command` writing the commands and
 :class:`.resp.LeanRESP2Parser` reading the replies.
 
 It sends exactly what the async store sends, built by the store's own helpers (the key
-names, the shard call, the ``FCALL`` arguments, ``new_run_args``, ``_ready_args``) and
+names, the shard call, the ``FCALL`` arguments, ``new_run_args``, ``_ready_call``) and
 reads the replies with the store's own reader (``to_run``), so it follows any change to
 them.
 It handles only the ordinary case: :meth:`BlockingValkey.ready` is false, or ``create``
@@ -199,12 +199,9 @@ class BlockingValkey:
         if new.idempotency_key is not None or not self.knows(new.workflow):
             return False
         shard = store._keys.shard_of(new.run_id)
-        ready = store._ready_args(new)
+        ready = store._ready_call(new)
         if ready is not None:
-            command = store._server._fcall_args(
-                "create_ready", store._keys.shard(shard), (store.namespace, str(shard), *ready)
-            )
-            reply = self._create_call(command)
+            reply = self._create_call(store._server._fcall_args(*ready))
             if reply is None:
                 return False
             if text(reply[0]) == "created":

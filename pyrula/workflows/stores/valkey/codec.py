@@ -156,14 +156,9 @@ def ready_args(new: NewRun) -> list[str] | None:
         or flow.owner_concurrency is not None
     ):
         return None
-    expires = new.expires_at is not None
-    return [
-        new.run_id,
-        new.workflow,
-        new.params,
-        num(new.expires_at) if new.expires_at is not None else "",
-        expired_error(_stub(new)) if expires else "",
-    ]
+    if new.expires_at is None:
+        return [new.run_id, new.workflow, new.params, "", ""]
+    return [new.run_id, new.workflow, new.params, num(new.expires_at), expired_error(_stub(new))]
 
 
 def ready_run(new: NewRun, at: str, seq: str) -> RunRecord:

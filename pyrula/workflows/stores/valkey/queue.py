@@ -99,8 +99,7 @@ class QueueOps(ValkeyCore):
                 popped = await self._block(closed, "BLPOP", *keys, block)
                 if not popped or text(popped[1]) != WAKE_READY:
                     return None
-                key = text(popped[0])
-                return [wf for wf, k in zip(order, keys, strict=True) if k == key] or None
+                return [order[keys.index(text(popped[0]))]]
             # One BLPOP per workflow (their keys are in different slots). The ones still
             # blocked when this call returns are kept for the next call, not cancelled:
             # a cancelled one would run on (parked) and take the next wake-up of its

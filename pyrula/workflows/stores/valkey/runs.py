@@ -26,6 +26,7 @@ from pyrula.workflows.stores.valkey.codec import (
     to_run,
     unpack_entry,
 )
+from pyrula.workflows.stores.valkey.connection import Call
 from pyrula.workflows.stores.valkey.core import ValkeyCore, flat_text, monotonic
 
 
@@ -54,14 +55,10 @@ class RunOps(ValkeyCore):
         return await self._create_keyed(new, new.idempotency_key)
 
     async def _insert(self, new: NewRun, *, allow_existing: bool) -> tuple[RunRecord, bool]:
-        ready = None if allow_existing or self.cluster else self._ready_args(new)
+        ready = None if allow_existing else self._ready_call(new)
         if ready is not None:
-            shard = self._keys.shard_of(new.run_id)
-            reply = flat_text(
-                await self._server.call(
-                    "create_ready", self._keys.shard(shard), self.namespace, str(shard), *ready
-                )
-            )
+            name, key, args = ready
+            reply = flat_text(await self._server.call(name, key, *args))
             if reply[0] == "created":
                 return ready_run(new, reply[1], reply[2]), True
             self._note_owned_workflow(new.workflow)
@@ -72,12 +69,16 @@ class RunOps(ValkeyCore):
         )
         return to_run(new.run_id, payload[1]), payload[0] == "created"
 
-    def _ready_args(self, new: NewRun) -> list[str] | None:
-        """create_ready's arguments for ``new`` (single node), unless its workflow takes
-        ``create`` (an owned run was submitted to it: create_ready said so once)."""
-        if self._owned_workflows.get(new.workflow) == self._server.generation:
+    def _ready_call(self, new: NewRun) -> Call | None:
+        """The create_ready call for ``new`` on a single node, unless ``new`` or its
+        workflow takes ``create`` (see codec.ready_args; an owned run was submitted to
+        the workflow: create_ready said so once)."""
+        if self.cluster or self._owned_workflows.get(new.workflow) == self._server.generation:
             return None
-        return ready_args(new)
+        args = ready_args(new)
+        if args is None:
+            return None
+        return self._shard_call("create_ready", self._keys.shard_of(new.run_id), *args)
 
     def _note_owned_workflow(self, workflow: str) -> None:
         """create_ready answered "owned" for ``workflow``: use create from now on."""

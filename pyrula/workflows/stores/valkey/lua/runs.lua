@@ -91,13 +91,12 @@ register('create_ready', function(keys, argv)
   local now = now_of(argv[1])
   local seq = tostring(redis.call('INCR', P .. K.seq))
   local at = fmt(now)
+  local fields = {'wf', wf, 'p', argv[6], 'ow', '', 'ca', at, 'sq', seq, 'st', 'queued',
+                  'aa', at, 'ua', at, 'q', 'r'}
   if argv[7] ~= '' then
-    redis.call('HSET', key, 'wf', wf, 'p', argv[6], 'ow', '', 'ca', at, 'sq', seq,
-               'st', 'queued', 'aa', at, 'ua', at, 'q', 'r', 'ex', argv[7], 'xe', argv[8])
-  else
-    redis.call('HSET', key, 'wf', wf, 'p', argv[6], 'ow', '', 'ca', at, 'sq', seq,
-               'st', 'queued', 'aa', at, 'ua', at, 'q', 'r')
+    for _, x in ipairs({'ex', argv[7], 'xe', argv[8]}) do fields[#fields + 1] = x end
   end
+  redis.call('HSET', key, unpack(fields))
   redis.call('RPUSH', hp .. 'r', shard .. ':' .. id)
   redis.call('ZADD', P .. K.all, at, member({sq = seq, id = id}))
   push_wake(hp, WAKE_READY)

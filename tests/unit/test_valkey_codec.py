@@ -10,7 +10,7 @@ import json
 import pytest
 
 from pyrula.workflows.records import DEFAULT_OWNER, NO_FLOW, FlowControl, RunRecord, RunStatus
-from pyrula.workflows.stores.valkey.codec import to_run, unpack_fields
+from pyrula.workflows.stores.valkey.codec import RUN_FIELDS, to_run, unpack_fields
 
 
 def pack(fields: dict[str, str]) -> str:
@@ -64,6 +64,9 @@ def test_to_run_builds_the_record_init_would() -> None:
         failed_position=4,
     )  # fmt: skip
     assert run == expected and vars(run) == vars(expected)
+    # built without __init__ (codec.built_run): every field, in the declared order
+    assert list(vars(run)) == list(RUN_FIELDS) and repr(run) == repr(expected)
+    assert hash(run.flow) == hash(expected.flow) and run.is_terminal is False
     assert dataclasses.replace(run, claims=4).claims == 4
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.claims = 5  # type: ignore[misc]

@@ -21,20 +21,14 @@ import asyncio
 import logging
 import os
 import re
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import valkey.asyncio as valkey_async
-from valkey.asyncio.connection import parse_url
-
-if sys.version_info >= (3, 11):
-    from asyncio import timeout as deadline
-else:  # valkey-py depends on async-timeout below 3.11.3
-    from async_timeout import timeout as deadline  # type: ignore[import-not-found,unused-ignore]
 from valkey import exceptions as vex
 from valkey.asyncio.cluster import ValkeyCluster
+from valkey.asyncio.connection import parse_url
 
 from pyrula.workflows.errors import (
     ConfigurationError,
@@ -60,6 +54,7 @@ from pyrula.workflows.stores.valkey.clients import (
     mask_url,
 )
 from pyrula.workflows.stores.valkey.dataloss import DataLoss
+from pyrula.workflows.stores.valkey.deadlines import deadline
 from pyrula.workflows.stores.valkey.keys import Keys
 from pyrula.workflows.stores.valkey.resp import pack_command
 

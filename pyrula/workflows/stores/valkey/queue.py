@@ -56,12 +56,16 @@ HINT_EVERY = 0.01
 first at least this often (seconds), and for this long after it found the list dry; the
 most a due run in a shard's queue (a delayed one, say) waits behind a long ready list."""
 
+NEVER_READ = (0.0, 0.0)
+"""A workflow's (shards first from, ready list dry until) before its first claim."""
+
 
 class QueueOps(ValkeyCore):
     """Claims, leases, journal writes, timers and recovery."""
 
     block_slice: float
     _owned: dict[str, frozenset[int]]
+    _owned_args: dict[str, list[str]]
     _cursor: dict[str, int]
     _resynced: dict[str, float]
     _recover_from: int
@@ -198,33 +202,40 @@ class QueueOps(ValkeyCore):
         """Single node: read the hints and claim on the due shards of every workflow, in
         the order given, in one call (the Lua follows the plan of the cluster path
         above); shards stopped by flow control are finished here, one by one."""
-        cursors = [self._cursor.get(workflow, 0) for workflow in workflows]
-        owned = [str(shard) for shard in sorted(self._owned.get(worker_id, frozenset()))]
+        cursor_of, first_of = self._cursor, self._shards_first
+        cursors = [cursor_of.get(workflow, 0) for workflow in workflows]
         now = monotonic()
         triples: list[str] = []
         for workflow, cursor in zip(workflows, cursors, strict=True):
-            due_at, dry_until = self._shards_first.get(workflow, (0.0, 0.0))
+            due_at, dry_until = first_of.get(workflow, NEVER_READ)
             triples += (workflow, str(cursor), "h" if now >= due_at or now < dry_until else "")
         reply = await self._server.call(
             "claim_due", self._keys.hint(workflows[0]), self.namespace, worker_id,
-            str(limit), num(ttl), str(len(workflows)), *triples, *owned,
+            str(limit), num(ttl), str(len(workflows)), *triples,
+            *self._owned_args.get(worker_id, ()),
         )  # fmt: skip
+        if reply[1] or reply[2] or reply[3]:  # hints (a cluster's) or follow-ups
+            await self._after(0, reply)
         leases: list[Lease] = []
-        per_workflow = flat_text(await self._after(0, reply))
-        reached = zip(workflows, cursors, per_workflow, strict=False)  # the limit may stop it
+        reached = zip(workflows, cursors, reply[0], strict=False)  # the limit may stop it
         for workflow, cursor, (flat, blocked, visited, flags) in reached:
-            self._cursor[workflow] = cursor + int(visited)
+            if int(visited):
+                cursor_of[workflow] = cursor + int(visited)
             # The shards are read first again after HINT_EVERY, at once while they have
             # due runs left (those came due while the ready list was served: they go
             # first), and meanwhile too if the ready list ran dry (a workflow whose runs
             # are all in the shards' queues).
-            due_at, dry_until = self._shards_first.get(workflow, (0.0, 0.0))
-            if "h" in flags:
-                due_at = now if "s" in flags else now + HINT_EVERY
-            if "d" in flags:
-                dry_until = now + HINT_EVERY
-            self._shards_first[workflow] = (due_at, dry_until)
-            leases += [lease_of(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+            if flags:
+                flags = text(flags)
+                due_at, dry_until = first_of.get(workflow, NEVER_READ)
+                if "h" in flags:
+                    due_at = now if "s" in flags else now + HINT_EVERY
+                if "d" in flags:
+                    dry_until = now + HINT_EVERY
+                first_of[workflow] = (due_at, dry_until)
+            leases += [lease_of(text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
+            if blocked:
+                blocked = flat_text(blocked)
             for i in range(0, len(blocked), 8):
                 # What flow control holds back is claimed only up to the limit (the ready
                 # list may have filled it past what the Lua owed).

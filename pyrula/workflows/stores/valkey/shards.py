@@ -29,6 +29,7 @@ class ShardLeases(ValkeyCore):
     shard_lease_ttl: float
     shard_lease_interval: float
     _owned: dict[str, frozenset[int]]
+    _owned_args: dict[str, list[str]]
 
     def owned_shards(self, worker_id: str) -> frozenset[int]:
         """The shards ``worker_id`` held at its last lease tick in this process."""
@@ -46,11 +47,13 @@ class ShardLeases(ValkeyCore):
         )
         owned = frozenset(int(shard) for shard in held)
         self._owned[worker_id] = owned
+        self._owned_args[worker_id] = [str(shard) for shard in sorted(owned)]  # claim_due's
         return owned
 
     async def release_shards(self, worker_id: str) -> None:
         """Give back every shard ``worker_id`` holds, at once (clean stop)."""
         self._owned.pop(worker_id, None)
+        self._owned_args.pop(worker_id, None)
         await self._ensure_open()
         released = await self._server.call("lease_release", self._keys.leases, worker_id)
         if int(released):

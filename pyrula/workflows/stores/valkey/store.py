@@ -109,6 +109,7 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
         self._notifier = Notifier()
         self._known_workflows: dict[str, int] = {}
         self._owned: dict[str, frozenset[int]] = {}
+        self._owned_args: dict[str, list[str]] = {}
         self._cursor: dict[str, int] = {}
         self._resynced: dict[str, float] = {}
         self._recover_from = 0

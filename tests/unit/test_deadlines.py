@@ -1,0 +1,88 @@
+"""Time limits on store calls (stores/valkey/deadlines.py): asyncio.timeout's contract with
+one timer per loop for every call in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from pyrula.workflows.stores.valkey.deadlines import deadline
+
+
+async def test_a_call_past_its_limit_raises_timeout_error_at_its_limit() -> None:
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with deadline(0.05):
+            await asyncio.sleep(5)
+    assert 0.04 <= time.monotonic() - started < 1.0
+    task = asyncio.current_task()
+    assert task is not None and not getattr(task, "cancelling", lambda: 0)()  # none pending
+    await asyncio.sleep(0.01)
+
+
+async def test_calls_in_flight_each_expire_at_their_own_time() -> None:
+    async def call(limit: float, takes: float) -> str:
+        started = time.monotonic()
+        try:
+            async with deadline(limit):
+                await asyncio.sleep(takes)
+        except TimeoutError:
+            return f"timeout after {time.monotonic() - started:.2f}"
+        return "done"
+
+    results = await asyncio.gather(
+        call(0.30, 0.01),  # arms the timer first, finishes long before it fires
+        call(0.05, 5),
+        call(5, 0.10),
+        call(0.15, 5),
+        *(call(1.0, 0.02) for _ in range(50)),
+    )
+    assert results[0] == "done" and results[2] == "done"
+    assert all(r == "done" for r in results[4:])
+    first, second = results[1], results[3]
+    assert first.startswith("timeout") and second.startswith("timeout")
+    assert 0.04 <= float(first.split()[-1]) < 0.5
+    assert 0.14 <= float(second.split()[-1]) < 0.6
+
+
+async def test_a_cancellation_from_elsewhere_passes_through() -> None:
+    entered = asyncio.Event()
+
+    async def call() -> None:
+        async with deadline(5):
+            entered.set()
+            await asyncio.sleep(5)
+
+    task = asyncio.ensure_future(call())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_block_that_ends_in_time_leaves_nothing_behind() -> None:
+    for _ in range(100):
+        async with deadline(0.02):
+            await asyncio.sleep(0)
+    await asyncio.sleep(0.1)  # past every limit: no stray cancellation arrives
+    async with deadline(0.02):
+        pass
+
+
+async def test_it_needs_a_task() -> None:
+    loop = asyncio.get_running_loop()
+    step = deadline(1).__aenter__()
+    # Run the coroutine outside any task: a bare send from a loop callback.
+    outcome: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            step.send(None)
+        except BaseException as exc:  # recorded for the assertion
+            outcome.append(exc)
+
+    loop.call_soon(drive)
+    await asyncio.sleep(0.01)
+    assert outcome and isinstance(outcome[0], RuntimeError)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunStatus, Store, WorkflowDefinition
@@ -72,6 +73,25 @@ class AppWorker:
     def concurrency(self) -> int | None:
         value = self.app.conf.worker_concurrency
         return int(value) if value else None
+
+    def retention(self) -> float | None:
+        """``result_expires`` (seconds or a timedelta; default one day) as the worker's
+        ``run_retention``: a task's run, its result with it, is deleted that long after it
+        ended, and its id reads ``PENDING`` again, as in Celery. None or 0 keeps them."""
+        value = self.app.conf.result_expires
+        if isinstance(value, timedelta):
+            value = value.total_seconds()
+        if value is None or value == 0:
+            return None
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if not seconds > 0:
+            raise ImproperlyConfigured(
+                f"result_expires must be a number of seconds or a timedelta, got {value!r}"
+            )
+        return seconds
 
     def use_store(self, url: str) -> None:
         """Make the app in this process use the store ``url`` (``pyrula worker -A proj

@@ -243,12 +243,15 @@ def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
     try:
         setup.prepare()
         url = app.store_url()
+        retention = setup.retention()
     except ImproperlyConfigured as exc:
         raise CliUsageError(f"-A {spec}: {exc}") from None
     except ImportError as exc:
         raise CliUsageError(f"-A {spec}: cannot import a task module: {exc}") from None
     if values.get("max_concurrent_runs") is None and setup.concurrency():
         values["max_concurrent_runs"] = setup.concurrency()
+    if values.get("run_retention") is None:  # --run-retention wins over result_expires
+        values["run_retention"] = retention
     return LoadedApp(app=app, setup=setup, store_url=url, notes=celery_notes(values))
 
 

@@ -1,8 +1,10 @@
-"""The worker's housekeeping loops: lease renewal, orphan recovery, timers, schedules."""
+"""The worker's housekeeping loops: lease renewal, orphan recovery, purges, timers,
+schedules."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import math
@@ -18,11 +20,14 @@ from pyrula.workflows.records import NO_FLOW, NewRun, ScheduleRecord, WorkerInfo
 from pyrula.workflows.schedules import Schedule
 
 if TYPE_CHECKING:
+    from pyrula.workflows.stores.base import Store
     from pyrula.workflows.worker import WorkflowWorker
 
 log = logging.getLogger("pyrula.workflows.worker")
 
 SCHEDULE_BATCH = 100
+PURGE_BATCH = 500
+"""Most ended runs one ``purge_runs`` call deletes."""
 TIMER_HINT_GAP = 0.05
 """Least seconds between two looks of the timer loop prompted by the claim loop's hints."""
 TIMER_HINT_GAP_MAX = 0.5
@@ -108,6 +113,40 @@ async def orphan_loop(worker: WorkflowWorker) -> None:
         except StoreError as exc:
             log.warning("orphan scan failed: %s", exc)
         await asyncio.sleep(worker.options.orphan_scan_interval)
+
+
+async def purge_loop(worker: WorkflowWorker) -> None:
+    """Delete the runs that ended more than ``run_retention`` ago, a batch at a time until
+    none is left, every ``purge_interval``. Every worker with a retention runs it: the
+    deletes are idempotent, and a batch that another worker emptied comes back short."""
+    retention = worker.options.run_retention
+    assert retention
+    store = worker.store
+    log.info("deleting runs that ended over %gs ago (run_retention)", retention)
+    while True:
+        try:
+            cutoff = await store.now() - retention
+            purged = 0
+            while (batch := await _purge_batch(store, cutoff)) > 0:
+                purged += batch
+                await asyncio.sleep(0)  # the worker's other work goes between batches
+            if purged:
+                log.info("deleted %d runs that ended over %gs ago", purged, retention)
+        except StoreError as exc:
+            log.warning("purging ended runs failed: %s", exc)
+        await asyncio.sleep(worker.options.purge_interval)
+
+
+async def _purge_batch(store: Store, cutoff: float) -> int:
+    """One ``purge_runs`` call, finished even when the worker stops meanwhile: what it
+    does after its store call (releasing idempotency keys) must not be cut off."""
+    call = asyncio.ensure_future(store.purge_runs(cutoff, PURGE_BATCH))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await call
+        raise
 
 
 async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:

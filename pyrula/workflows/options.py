@@ -7,6 +7,11 @@ from dataclasses import dataclass, fields
 from pyrula.workflows.errors import ConfigurationError
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 
+PURGE_INTERVAL_MAX = 60.0
+"""The longest a worker waits between two purges of ended runs (``run_retention``)."""
+PURGE_INTERVAL_MIN = 1.0
+"""The shortest: a tiny retention does not turn the purge into a busy loop."""
+
 
 @dataclass(frozen=True)
 class WorkerOptions:
@@ -41,6 +46,10 @@ class WorkerOptions:
     """A run taken back from dead workers more often than this is dead-lettered."""
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     """Largest encoded step result or run result."""
+    run_retention: float | None = None
+    """How long a run is kept after it ended; older ones are deleted (record, journal,
+    signals, idempotency key) every purge interval. None (or 0) keeps every run. It
+    applies to the whole store, whatever workflows this worker serves."""
     worker_id: str | None = None
     """This worker's name (default: host-pid-random)."""
 
@@ -51,13 +60,13 @@ class WorkerOptions:
                 if value is not None and (not isinstance(value, str) or not value):
                     raise ConfigurationError("WorkerOptions.worker_id must be a non-empty string")
                 continue
+            if f.name == "run_retention" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigurationError(f"WorkerOptions.{f.name} must be a number, got {value!r}")
-            if f.name == "durable_backoff_after":
+            if f.name in ("durable_backoff_after", "run_retention"):
                 if not value >= 0:  # written so that NaN is refused too
-                    raise ConfigurationError(
-                        f"WorkerOptions.durable_backoff_after must be >= 0, got {value!r}"
-                    )
+                    raise ConfigurationError(f"WorkerOptions.{f.name} must be >= 0, got {value!r}")
             elif not value > 0:
                 raise ConfigurationError(f"WorkerOptions.{f.name} must be > 0, got {value!r}")
         for name in (
@@ -68,6 +77,13 @@ class WorkerOptions:
         ):
             if not isinstance(getattr(self, name), int):
                 raise ConfigurationError(f"WorkerOptions.{name} must be an int")
+
+    @property
+    def purge_interval(self) -> float:
+        """How often a worker purges ended runs (with a ``run_retention``): every minute,
+        or every half of a shorter retention, but at most once a second."""
+        half = (self.run_retention or PURGE_INTERVAL_MAX) / 2
+        return max(PURGE_INTERVAL_MIN, min(PURGE_INTERVAL_MAX, half))
 
     @property
     def lease_renew_interval(self) -> float:

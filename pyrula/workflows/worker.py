@@ -175,6 +175,8 @@ class WorkflowWorker:
             asyncio.create_task(loops.timer_loop(self, names), name="pyrula-timers"),
             asyncio.create_task(loops.schedule_loop(self), name="pyrula-schedules"),
         ]
+        if self.options.run_retention:  # None or 0 keeps every run
+            housekeeping.append(asyncio.create_task(loops.purge_loop(self), name="pyrula-purge"))
         lease_loop = getattr(self.store, "shard_lease_loop", None)  # sharded stores only
         shard_leases = (
             None

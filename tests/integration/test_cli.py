@@ -128,9 +128,10 @@ def test_worker_flags_build_the_options_they_name() -> None:
     wanted: dict[str, object] = {}
     for spec in WORKER_FLAGS:
         default = spec.default
-        value: object = (
-            "worker-7" if default is None else default + 7 if isinstance(default, int) else 2.5
-        )
+        if spec.metavar == "TEXT":
+            value: object = "worker-7"
+        else:
+            value = default + 7 if isinstance(default, int) else 2.5
         wanted[spec.field] = value
         args += [spec.flag, str(value)]
     ctx = worker_command.make_context("worker", args)

@@ -27,6 +27,7 @@ PAGES = (
     "flow-control.md",
     "testing.md",
     "cli.md",
+    "worker.md",
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -40,6 +41,7 @@ EXAMPLE_OUTPUT = {
     "schedules.py": ["nightly runs in 3 virtual days: 3", "runs from 2 workers"],
     "flow_control.py": ["claim order: b S b S b S", "30 runs at 10/s started over"],
     "testing_env.py": ["crash before step 'charge' at 0: ('result', 100)"],
+    "retention.py": ["results: [4, 9, 16]", "3 of 3 deleted; the sleeping run is sleeping"],
 }
 
 

@@ -256,6 +256,7 @@ QUERY_INDEXES = {
     "children": "runs_children",
     "delete_signals": "signals_pending",
     "drop_owner_if_idle": "runs_owner_queue",
+    "ended_before": "runs_ended",  # purge_runs: the ended range, not every ended run
     "due_schedules": "schedules_due",
     "next_schedule_at": "schedules_due",
 }
@@ -268,7 +269,7 @@ async def test_hot_queries_use_an_index_without_sorting(
     conn = raw(sqlite_path)
     conn.execute("ANALYZE")
     params = {"workflow": "wf", "owner": "o", "now": 0.0, "limit": 5, "cap": 2}
-    params |= {"run_id": "r", "name": "n"}
+    params |= {"run_id": "r", "name": "n", "before": 0.0}
     plan = " | ".join(
         str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + Q[query], params)
     )

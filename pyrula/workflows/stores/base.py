@@ -104,6 +104,14 @@ class Store(Protocol):
         False when there is no such run; a run that has not ended: InvalidRunState.
         """
 
+    async def purge_runs(self, ended_before: float, limit: int) -> int:
+        """Forget up to ``limit`` runs that ended before ``ended_before`` (store time), each
+        as :meth:`delete_run` forgets one, those that ended first first; returns how many.
+
+        A run that ended and was retried is not ended any more. Workers call this with
+        ``WorkerOptions.run_retention``; several may at once.
+        """
+
     async def cancel_run(self, run_id: str) -> RunRecord:
         """Cancel: a queued, sleeping or waiting run becomes ``cancelled`` at once; a
         running run gets ``cancel_requested`` and its worker stops at the next step

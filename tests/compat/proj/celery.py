@@ -1,7 +1,8 @@
 """The app, as in a Celery project's ``proj/celery.py``.
 
 The broker comes from ``CELERY_BROKER_URL`` (the tests set it per store), as it can in
-Celery; ``PROJ_BEAT=1`` turns the beat schedule on.
+Celery; ``PROJ_BEAT=1`` turns the beat schedule on, ``PROJ_RESULT_EXPIRES`` sets
+``result_expires`` (seconds).
 """
 
 import os
@@ -18,6 +19,8 @@ app.conf.update(
     timezone="UTC",
     task_default_queue="default",
 )
+if os.environ.get("PROJ_RESULT_EXPIRES"):
+    app.conf.result_expires = timedelta(seconds=float(os.environ["PROJ_RESULT_EXPIRES"]))
 if os.environ.get("PROJ_BEAT"):
     app.conf.beat_schedule = {
         "tick-every-2s": {

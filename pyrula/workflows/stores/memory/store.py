@@ -9,6 +9,7 @@ sent after the lock is released.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -162,14 +163,39 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
                 raise InvalidRunState(
                     f"run {run_id!r} is {run.status.value}; only a run that ended can be deleted"
                 )
-            del s.runs[run_id]
-            for table in (s.order, s.stamps, s.journals, s.signals):
-                table.pop(run_id, None)
-            if run.idempotency_key is not None:
-                s.keys.pop(run.idempotency_key, None)
-            if run.parent_run_id is not None:
-                s.children.get(run.parent_run_id, set()).discard(run_id)
+            self._forget(run)
             return True
+
+    async def purge_runs(self, ended_before: float, limit: int) -> int:
+        s = self._s
+        with s.lock:
+            ended = heapq.nsmallest(
+                max(0, limit),
+                (
+                    run
+                    for run in s.runs.values()
+                    if run.is_terminal
+                    and run.finished_at is not None
+                    and run.finished_at < ended_before
+                    and (run.parent_run_id is None or run.parent_run_id not in s.runs)
+                ),
+                key=lambda run: (run.finished_at or 0.0, s.order.get(run.run_id, 0)),
+            )
+            for run in ended:
+                self._forget(run)
+            return len(ended)
+
+    def _forget(self, run: RunRecord) -> None:
+        """Drop an ended run and everything of it (the caller holds the lock)."""
+        s = self._s
+        run_id = run.run_id
+        del s.runs[run_id]
+        for table in (s.order, s.stamps, s.journals, s.signals):
+            table.pop(run_id, None)
+        if run.idempotency_key is not None:
+            s.keys.pop(run.idempotency_key, None)
+        if run.parent_run_id is not None:
+            s.children.get(run.parent_run_id, set()).discard(run_id)
 
     async def cancel_run(self, run_id: str) -> RunRecord:
         s = self._s

@@ -74,6 +74,16 @@ DELETE FROM journal WHERE run_id = :run_id;
 -- name: delete_signals
 DELETE FROM signals WHERE run_id = :run_id;
 
+-- name: ended_before
+-- Only an ended run has a finished_at (retry clears it), so the range is the runs_ended
+-- index's; a child whose parent is still there is left for later.
+SELECT * FROM runs AS r
+WHERE r.finished_at < :before
+  AND (r.parent_run_id IS NULL
+       OR NOT EXISTS (SELECT 1 FROM runs AS p WHERE p.run_id = r.parent_run_id))
+ORDER BY r.finished_at, r.seq
+LIMIT :limit;
+
 -- name: list_runs
 SELECT * FROM runs
 WHERE (:workflow IS NULL OR workflow = :workflow)

@@ -58,6 +58,9 @@ CREATE INDEX IF NOT EXISTS runs_timers ON runs (wake_at) WHERE wake_at IS NOT NU
 CREATE INDEX IF NOT EXISTS runs_workflow_timers
     ON runs (workflow, wake_at) WHERE wake_at IS NOT NULL;
 
+-- purge_runs: the runs that ended first (a retried run's finished_at is cleared).
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (finished_at) WHERE finished_at IS NOT NULL;
+
 -- cancel and terminate cascade to child runs.
 CREATE INDEX IF NOT EXISTS runs_children
     ON runs (parent_run_id, run_id) WHERE parent_run_id IS NOT NULL;

@@ -161,10 +161,20 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 raise InvalidRunState(
                     f"run {run_id!r} is {run.status.value}; only a run that ended can be deleted"
                 )
-            for statement in ("delete_journal", "delete_signals", "delete_run"):
-                t.run(statement, run_id=run_id)
-            t.run("drop_owner_if_idle", workflow=run.workflow, owner=run.owner)
+            _forget(t, run)
             return True
+
+        return await self._write(tx)
+
+    async def purge_runs(self, ended_before: float, limit: int) -> int:
+        if limit <= 0:
+            return 0
+
+        def tx(t: Tx) -> int:
+            rows = t.many("ended_before", before=ended_before, limit=limit)
+            for row in rows:
+                _forget(t, to_run(row))
+            return len(rows)
 
         return await self._write(tx)
 
@@ -409,3 +419,10 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
     async def list_workers(self) -> list[WorkerInfo]:
         rows = await self._db.call(lambda conn: many(conn, "list_workers"))
         return [sql.to_worker(row) for row in rows]
+
+
+def _forget(t: Tx, run: RunRecord) -> None:
+    """Delete an ended run with its journal and signals (its idempotency key is a column)."""
+    for statement in ("delete_journal", "delete_signals", "delete_run"):
+        t.run(statement, run_id=run.run_id)
+    t.run("drop_owner_if_idle", workflow=run.workflow, owner=run.owner)

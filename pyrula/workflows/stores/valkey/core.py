@@ -130,6 +130,9 @@ class ValkeyCore:
                 raise result
 
     async def _followups(self, flat: list[str], payload: Any) -> None:
+        """Apply a call's follow-ups in order; idempotency keys to release go together, in
+        one round trip per node at the end (a purge of 500 keyed runs: one, not 500)."""
+        releases: list[Call] = []
         for i in range(0, len(flat), 4):
             kind, a, b, c = flat[i : i + 4]
             if kind == "flow_release":
@@ -142,7 +145,7 @@ class ValkeyCore:
                 await self._server.command("SREM", self._keys.kids(a), b)
             elif kind == "drop_key":
                 shard = self._keys.shard(self._keys.shard_of_key(a))
-                await self._server.call("idem_release", shard, a, b)
+                releases.append(("idem_release", shard, (a, b)))
             elif kind in ("cancel", "terminate"):
                 with contextlib.suppress(InvalidRunState, RunNotFound):
                     if kind == "cancel":
@@ -153,6 +156,9 @@ class ValkeyCore:
                 expires = text(payload[1])
                 key = self._keys.concurrency(a, b)
                 await self._server.command("ZADD", key, "XX", expires, c)
+        for result in await self._server.call_many(releases):
+            if isinstance(result, BaseException):
+                raise result
 
     # -- flow control ------------------------------------------------------------------
     async def _flow_release(self, workflow: str, owner: str, run_id: str) -> None:

@@ -26,6 +26,7 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
       P t:<wf>             zset   sleeping/waiting runs by wake_at;  P tt  the same, all wfs
       P l                  zset   running runs by lease expiry
       P a                  zset   every run, "%012d:run" by created_at (listing)
+      P e                  zset   runs that ended, by finished_at (purge_runs)
       P n / P tk / P v     string submission sequence / lease token / hint version
       P mk                 string the data-loss marker
     (<wf> is "<byte length>:<workflow>", so names with ':' stay unambiguous.)
@@ -84,6 +85,7 @@ SHARD_FAMILIES = {
     "all_timers": "tt",
     "leases": "l",
     "all": "a",
+    "ended": "e",
     "seq": "n",
     "token": "tk",
     "version": "v",

@@ -18,6 +18,7 @@ from pyrula.workflows.stores.valkey.codec import (
     entry_head,
     new_run_args,
     new_run_from_reservation,
+    num,
     pack_entry,
     pairs,
     ready_args,
@@ -42,6 +43,7 @@ class RunOps(ValkeyCore):
     """Creating, reading, waiting for, cancelling and retrying runs; signals; children."""
 
     block_slice: float
+    _purge_turn: int
     _owned_workflows: dict[str, int]
     """Workflows create_ready refused (an owned run was submitted to them: for good, as
     long as the server keeps its data), with the server generation that said so."""
@@ -173,6 +175,25 @@ class RunOps(ValkeyCore):
 
     async def delete_run(self, run_id: str) -> bool:
         return text(await self._run_call("delete_run", run_id, run_id)) == "1"
+
+    async def purge_runs(self, ended_before: float, limit: int) -> int:
+        """Each shard forgets its share of ``limit`` (its runs that ended first), all in one
+        round trip per node; the shards given one more than the others take turns."""
+        if limit <= 0:
+            return 0
+        count = self.shard_count
+        each, extra = divmod(limit, count)
+        first = self._purge_turn
+        self._purge_turn = (first + extra) % count
+        quotas = [(s, each + (1 if (s - first) % count < extra else 0)) for s in range(count)]
+        before = num(ended_before)
+        calls = [(s, self._shard_call("purge", s, before, str(q))) for s, q in quotas if q]
+        purged = 0
+        for reply in await self._shards(calls):
+            if isinstance(reply, BaseException):
+                raise reply
+            purged += int(text(reply))
+        return purged
 
     async def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
         deadline = None if timeout is None else monotonic() + timeout

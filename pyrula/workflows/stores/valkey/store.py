@@ -115,6 +115,7 @@ class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, Schedule
         self._recover_from = 0
         self._shards_first = {}
         self._wake_turn = 0
+        self._purge_turn = 0
         self._owned_workflows = {}
         self._finishes = FinishBatches(self)
         self._wake_waits = {}

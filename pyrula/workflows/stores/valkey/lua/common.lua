@@ -264,6 +264,7 @@ local function end_run(c, r, status, changes)
   changes.ua = fmt(c.now)
   changes.wa, changes.ws, changes.wc = NIL, NIL, NIL  -- le stays (see enqueue)
   set_fields(c, r, changes)
+  redis.call('ZADD', c.P .. K.ended, changes.fa, r.id)  -- purge's index (runs.lua)
   local done = c.P .. K.done .. r.id
   redis.call('RPUSH', done, '1')
   redis.call('EXPIRE', done, DONE_TTL)

@@ -19,6 +19,7 @@
 --   send_signal   ARGV[4..] the signal list key, run_id, name, payload -> ''
 --   child_ended   ARGV[4..] parent_id, child_id -> ''   (a child on another shard ended)
 --   delete_run    ARGV[4] run_id -> '1' deleted, '0' no such run (a live one: STATE)
+--   purge         ARGV[4..] ended_before, limit -> how many runs it forgot
 -- Plain functions:
 --   idem_reserve  KEYS[1] the key's shard prefix; ARGV[2..] key, then the NewRun (run_id,
 --                 workflow, params, owner, delay, start_at, parent, rate_key,
@@ -187,6 +188,7 @@ register('retry', function(keys, argv)
     if stored and entry_ok(entry_of(stored)) ~= '1' then redis.call('HDEL', jkey, field) end
   end
   redis.call('DEL', c.P .. K.done .. id)
+  redis.call('ZREM', c.P .. K.ended, id)
   enqueue(c, r, c.now, {fa = NIL, er = NIL, rs = NIL, cr = NIL, rc = NIL, fp = NIL})
   return done(c, dump(c, id))
 end)
@@ -236,20 +238,18 @@ register('child_ended', function(keys, argv)
   return done(c, '')
 end)
 
-register('delete_run', function(keys, argv)
-  local c = ctx(keys, argv)
-  local id = argv[4]
-  local r = load_run(c, id)
-  if r == nil then return done(c, '0') end
-  if not TERMINAL[r.st] then
-    fail('STATE', 'run ' .. id .. ' is ' .. r.st .. '; only a run that ended can be deleted')
-  end
+-- Forget r, a run that ended: everything of it on this shard (UNLINK: a big journal is
+-- freed in the background); its parent's child set and its idempotency key (elsewhere
+-- on a cluster) through follow-ups.
+local function forget(c, r)
+  local id = r.id
   for _, name in ipairs(redis.call('SMEMBERS', c.P .. K.signal_names .. id)) do
-    redis.call('DEL', c.P .. K.signal .. kpart(id) .. ':' .. name)
+    redis.call('UNLINK', c.P .. K.signal .. kpart(id) .. ':' .. name)
   end
-  redis.call('DEL', c.P .. K.run .. id, c.P .. K.journal .. id, c.P .. K.signal_names .. id,
+  redis.call('UNLINK', c.P .. K.run .. id, c.P .. K.journal .. id, c.P .. K.signal_names .. id,
              c.P .. K.kids .. id, c.P .. K.kids_done .. id, c.P .. K.done .. id)
   redis.call('ZREM', c.P .. K.all, member(r))
+  redis.call('ZREM', c.P .. K.ended, id)
   if r.pa then
     if redis.call('EXISTS', c.P .. K.run .. r.pa) == 1 then
       redis.call('SREM', c.P .. K.kids .. r.pa, id)
@@ -258,7 +258,52 @@ register('delete_run', function(keys, argv)
     end
   end
   if r.ik then follow(c, 'drop_key', r.ik, id) end
+end
+
+-- The part of a run id before its first '.' (keys.py shard_root): an engine child run
+-- "<parent>.<n>" has its parent's, so it lives on its parent's shard.
+local function id_root(id)
+  local dot = string.find(id, '.', 1, true)
+  return dot and string.sub(id, 1, dot - 1) or id
+end
+
+register('delete_run', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id = argv[4]
+  local r = load_run(c, id)
+  if r == nil then return done(c, '0') end
+  if not TERMINAL[r.st] then
+    fail('STATE', 'run ' .. id .. ' is ' .. r.st .. '; only a run that ended can be deleted')
+  end
+  forget(c, r)
   return done(c, '1')
+end)
+
+-- Forget up to ARGV[5] runs of this shard that ended before ARGV[4], those that ended
+-- first first -> how many. A child run whose parent is still there (on this shard: an
+-- engine child always is) is kept, for the parent may not have read its result yet; its
+-- entry moves to now, so it is looked at again a retention later instead of at every
+-- call. The ended index (end_run adds to it) may name a run that is gone or was retried
+-- by a build that did not take it out: that entry just goes.
+register('purge', function(keys, argv)
+  local c = ctx(keys, argv)
+  local ended = c.P .. K.ended
+  local ids = redis.call('ZRANGEBYSCORE', ended, '-inf', '(' .. argv[4], 'LIMIT', 0,
+                         tonumber(argv[5]))
+  local n, now = 0, fmt(c.now)
+  for _, id in ipairs(ids) do
+    local r = load_run(c, id)
+    if r == nil or not TERMINAL[r.st] then
+      redis.call('ZREM', ended, id)
+    elseif r.pa and id_root(r.pa) == id_root(id)
+        and redis.call('EXISTS', c.P .. K.run .. r.pa) == 1 then
+      redis.call('ZADD', ended, now, id)
+    else
+      forget(c, r)
+      n = n + 1
+    end
+  end
+  return done(c, tostring(n))
 end)
 
 register('idem_reserve', function(keys, argv)

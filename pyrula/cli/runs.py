@@ -1,9 +1,11 @@
-"""``pyrula runs list|show|retry|cancel|signal``: look at runs and act on them in a store."""
+"""``pyrula runs list|show|retry|cancel|signal|purge``: look at runs and act on them in a
+store."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -13,6 +15,7 @@ from pyrula.cli import render
 from pyrula.cli.render import CliError, CliUsageError
 from pyrula.workflows import PyrulaError, RunHandle, RunNotFound, RunStatus, Store, open_store
 from pyrula.workflows.engine.rerun import retry_run
+from pyrula.workflows.loops import PURGE_BATCH
 from pyrula.workflows.records import JournalEntry, RunRecord
 from pyrula.workflows.stores import DEFAULT_STORE_URL
 
@@ -63,7 +66,7 @@ async def _get(store: Store, run_id: str) -> RunRecord:
 
 @click.group("runs")
 def runs_group() -> None:
-    """Look at runs; retry, cancel or signal them."""
+    """Look at runs; retry, cancel or signal them; delete old ones."""
 
 
 @runs_group.command("list")
@@ -211,3 +214,52 @@ def signal_command(
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
+
+
+AGE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*")
+AGE_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_age(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h`` or ``7d`` as seconds (> 0)."""
+    match = AGE.fullmatch(text)
+    seconds = float(match.group(1)) * AGE_UNITS[match.group(2)] if match else 0.0
+    if not seconds > 0:
+        raise CliUsageError(
+            f"--older-than: {text!r} is not an age: give seconds, or a number with s, m, h "
+            "or d (7d), more than 0"
+        )
+    return seconds
+
+
+@runs_group.command("purge")
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    metavar="AGE",
+    help="Delete the runs that ended more than AGE ago: seconds, or a number with s, m, h "
+    "or d (7d).",
+)
+@store_option
+@json_option
+def purge_command(older_than: str, store_url: str | None, as_json: bool) -> None:
+    """Delete the runs that ended more than AGE ago, as a worker with --run-retention does.
+
+    Record, result, journal, pending signals and idempotency key go; runs that have not
+    ended, and child runs whose parent is still there, stay.
+    """
+    seconds = parse_age(older_than)
+
+    async def act(store: Store) -> int:
+        cutoff = await store.now() - seconds
+        deleted = 0
+        while (batch := await store.purge_runs(cutoff, PURGE_BATCH)) > 0:
+            deleted += batch
+        return deleted
+
+    deleted = with_store(store_url, act)
+    if as_json:
+        render.echo_json({"deleted": deleted, "older_than_s": seconds})
+    else:
+        click.echo(f"deleted {deleted} runs that ended over {older_than.strip()} ago")

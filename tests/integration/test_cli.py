@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,6 +337,33 @@ def test_runs_usage_errors_exit_2(populated: Populated) -> None:
     assert invoke("runs", "list", "--limit", "0", "--store", populated.url).exit_code == 2
     assert invoke("runs", "show", "--store", populated.url).exit_code == 2
     assert invoke("runs", "frobnicate").exit_code == 2
+
+
+def test_runs_purge_deletes_the_runs_that_ended_long_enough_ago(populated: Populated) -> None:
+    kept = invoke("runs", "purge", "--older-than", "1h", "--store", populated.url)
+    assert kept.exit_code == 0, kept.output
+    assert kept.stdout.strip() == "deleted 0 runs that ended over 1h ago"
+    time.sleep(0.3)
+    result = invoke("runs", "purge", "--older-than", "0.2s", "--store", populated.url, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"deleted": 3, "older_than_s": 0.2}
+    listed = json.loads(invoke("runs", "list", "--store", populated.url, "--json").stdout)
+    assert {run["run_id"] for run in listed["runs"]} == {populated.queued, populated.running}
+    assert invoke("runs", "show", populated.completed, "--store", populated.url).exit_code == 1
+
+
+@pytest.mark.parametrize("age", ["0", "-5", "soon", "7w", "", "1.5.2d"])
+def test_runs_purge_refuses_what_is_not_an_age(populated: Populated, age: str) -> None:
+    result = invoke("runs", "purge", "--older-than", age, "--store", populated.url)
+    assert result.exit_code == 2 and "--older-than" in result.output, result.output
+
+
+def test_ages() -> None:
+    from pyrula.cli.runs import parse_age
+
+    assert [parse_age(a) for a in ("90", "90s", "1.5m", "12h", " 7d ", ".5")] == [
+        90.0, 90.0, 90.0, 43200.0, 604800.0, 0.5,
+    ]  # fmt: skip
 
 
 # -- rendering -------------------------------------------------------------------------

@@ -150,28 +150,45 @@ class RunOps(ValkeyCore):
         owner: str | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
+        """Each shard walks its history index newest first; queued runs are read from the
+        queues instead (``_list_queued``), so that finding the few queued runs among a
+        long history does not walk it (a worker of the Celery drop-in does at start)."""
         if limit <= 0:
             return []
+        has_owner = "0" if owner is None else "1"
+        if status is RunStatus.QUEUED:
+            return await self._list_queued(workflow, has_owner, owner or "", limit)
         args = (
             "0" if workflow is None else "1",
             workflow or "",
             "" if status is None else status.value,
-            "0" if owner is None else "1",
+            has_owner,
             owner or "",
             str(limit),
         )
         calls = [(s, self._shard_call("list", s, *args)) for s in range(self.shard_count)]
-        found: list[tuple[float, int, RunRecord]] = []
-        for reply in await self._shards(calls):
-            if isinstance(reply, BaseException):
-                raise reply
-            flat = flat_text(reply)
-            for i in range(0, len(flat), 2):
-                fields = pairs(flat[i + 1])
-                run = to_run(flat[i], fields)
-                found.append((run.created_at, int(fields["sq"]), run))
-        found.sort(key=lambda item: (item[0], item[1]), reverse=True)
-        return [run for _, _, run in found[:limit]]
+        return _newest(await self._shards(calls), limit)
+
+    async def _list_queued(
+        self, workflow: str | None, has_owner: str, owner: str, limit: int
+    ) -> list[RunRecord]:
+        """The queued runs of ``workflow`` (or of every workflow the namespace has seen:
+        the meta hash records each at its first use): each shard's queues, and on a single
+        node the ready lists too."""
+        if workflow is not None:
+            names = [workflow]
+        else:
+            fields = await self._server.command("HKEYS", self._keys.meta)
+            names = sorted(f[2:] for f in map(text, fields) if f.startswith("w:"))
+        if not names:
+            return []
+        args = (has_owner, owner, str(limit), *names)
+        calls = [(s, self._shard_call("list_queued", s, *args)) for s in range(self.shard_count)]
+        replies = await self._shards(calls)
+        if not self.cluster:
+            ready = ("list_ready", self._keys.hint(names[0]), (self.namespace, *args))
+            replies += await self._server.call_many([ready])
+        return _newest(replies, limit)
 
     async def delete_run(self, run_id: str) -> bool:
         return text(await self._run_call("delete_run", run_id, run_id)) == "1"
@@ -324,3 +341,19 @@ def _hash(flat: Any) -> dict[str, str]:
 
 def _secs(seconds: float) -> str:
     return f"{max(seconds, 0.01):.3f}"
+
+
+def _newest(replies: list[Any], limit: int) -> list[RunRecord]:
+    """The runs of several ``{run_id, packed run, ...}`` replies, newest first (by
+    created_at, then submission on their shard), each once, at most ``limit``."""
+    found: dict[str, tuple[float, int, RunRecord]] = {}
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+        flat = flat_text(reply)
+        for i in range(0, len(flat), 2):
+            fields = pairs(flat[i + 1])
+            run = to_run(flat[i], fields)
+            found[run.run_id] = (run.created_at, int(fields["sq"]), run)
+    ordered = sorted(found.values(), key=lambda item: (item[0], item[1]), reverse=True)
+    return [run for _, _, run in ordered[:limit]]

@@ -15,7 +15,9 @@
 --   terminate     ARGV[4] run_id -> run
 --   retry         ARGV[4] run_id -> run
 --   list          ARGV[4..] has_workflow, workflow, status ('' any), has_owner, owner,
---                 limit -> {run_id, run, ...} newest first
+--                 limit -> {run_id, run, ...} newest first (walks the shard's history)
+--   list_queued   ARGV[4..] has_owner, owner, limit, workflows... -> the same, of the
+--                 runs in the shard's queues (see list_ready for the ready lists)
 --   send_signal   ARGV[4..] the signal list key, run_id, name, payload -> ''
 --   child_ended   ARGV[4..] parent_id, child_id -> ''   (a child on another shard ended)
 --   delete_run    ARGV[4] run_id -> '1' deleted, '0' no such run (a live one: STATE)
@@ -215,6 +217,75 @@ register('list', function(keys, argv)
     start = start + 100
   end
   return done(c, out)
+end)
+
+-- The shard's queued runs of the workflows ARGV[7..] (of owner ARGV[5] if ARGV[4] is
+-- '1'), newest first, at most ARGV[6], as list returns them; from the shard's queues,
+-- not its history, so it costs the runs queued here, however many runs it keeps.
+register('list_queued', function(keys, argv)
+  local c = ctx(keys, argv)
+  local has_owner, owner, limit = argv[4], argv[5], tonumber(argv[6])
+  local members = {}
+  for i = 7, #argv do
+    local wf = argv[i]
+    local owners = {owner}
+    if has_owner ~= '1' then
+      owners = redis.call('ZRANGE', c.P .. K.owners .. kpart(wf), 0, -1)
+      owners[#owners + 1] = ''  -- the default owner, in the rotation or solo
+    end
+    local seen = {}
+    for _, o in ipairs(owners) do
+      if not seen[o] then
+        seen[o] = true
+        for _, m in ipairs(redis.call('ZRANGE', qkey(c, wf, o), 0, -1)) do
+          members[#members + 1] = m
+        end
+      end
+    end
+  end
+  table.sort(members, function(a, b) return a > b end)  -- "%012d:run": by submission
+  local out, n = {}, 0
+  for _, m in ipairs(members) do
+    if n >= limit then break end
+    local id = member_id(m)
+    if redis.call('HGET', c.P .. K.run .. id, 'st') == 'queued' then
+      out[#out + 1] = id
+      out[#out + 1] = dump(c, id)
+      n = n + 1
+    end
+  end
+  return done(c, out)
+end)
+
+-- Single node only (it reads every shard's runs): the queued runs on the ready lists of
+-- the workflows ARGV[6..] (of owner ARGV[4] if ARGV[3] is '1'), newest first (by
+-- created_at, then submission), at most ARGV[5]; KEYS[1] the first one's hint prefix,
+-- ARGV[2] the namespace -> {run_id, run, ...}
+register('list_ready', function(keys, argv)
+  local ns, has_owner, owner, limit = argv[2], argv[3], argv[4], tonumber(argv[5])
+  if ns == '' then fail('INTERNAL', 'list_ready is for a single node') end
+  local found = {}
+  for i = 6, #argv do
+    for _, e in ipairs(redis.call('LRANGE', hint_prefix(ns, argv[i]) .. 'r', 0, -1)) do
+      local shard, id = split_entry(e)
+      local P = shard_prefix(ns, shard)
+      local f = redis.call('HMGET', P .. K.run .. id, 'st', 'ow', 'ca', 'sq')
+      if f[1] == 'queued' and (has_owner ~= '1' or f[2] == owner) then
+        found[#found + 1] = {tonumber(f[3]), tonumber(f[4]), id, P}
+      end
+    end
+  end
+  table.sort(found, function(a, b)
+    if a[1] ~= b[1] then return a[1] > b[1] end
+    return a[2] > b[2]
+  end)
+  local out = {}
+  for i = 1, math.min(limit, #found) do
+    local x = found[i]
+    out[#out + 1] = x[3]
+    out[#out + 1] = dump({P = x[4]}, x[3])
+  end
+  return out
 end)
 
 register('send_signal', function(keys, argv)

@@ -15,7 +15,8 @@
 --   terminate     ARGV[4] run_id -> run
 --   retry         ARGV[4] run_id -> run
 --   list          ARGV[4..] has_workflow, workflow, status ('' any), has_owner, owner,
---                 limit -> {run_id, run, ...} newest first (walks the shard's history)
+--                 limit, budget, from -> {{run_id, run, ...} newest first, next}
+--                 (walks the shard's history, a budget of it a call: see the function)
 --   list_queued   ARGV[4..] has_owner, owner, limit, workflows... -> the same, of the
 --                 runs in the shard's queues (see list_ready for the ready lists)
 --   send_signal   ARGV[4..] the signal list key, run_id, name, payload -> ''
@@ -195,28 +196,47 @@ register('retry', function(keys, argv)
   return done(c, dump(c, id))
 end)
 
+-- ARGV[4..] has_workflow, workflow, status ('' any), has_owner, owner, limit, budget,
+-- from -> {{run_id, run, ...}, next}: the shard's runs matching the filters, newest first,
+-- until limit of them or after looking at budget entries of its history index; from is
+-- '' (the newest) or where the previous call stopped ("score member"), and next is ''
+-- when the history is done or the limit reached, else where to go on. The budget bounds
+-- how long one call keeps the server busy with a long history.
 register('list', function(keys, argv)
   local c = ctx(keys, argv)
   local has_wf, wf, status, has_owner, owner = argv[4], argv[5], argv[6], argv[7], argv[8]
-  local limit = tonumber(argv[9])
-  local out, n, start = {}, 0, 0
-  while n < limit do
-    local chunk = redis.call('ZREVRANGE', c.P .. K.all, start, start + 99)
-    if #chunk == 0 then break end
-    for _, m in ipairs(chunk) do
-      local id = member_id(m)
-      local f = redis.call('HMGET', c.P .. K.run .. id, 'wf', 'st', 'ow')
-      if (has_wf ~= '1' or f[1] == wf) and (status == '' or f[2] == status)
-          and (has_owner ~= '1' or f[3] == owner) then
-        out[#out + 1] = id
-        out[#out + 1] = dump(c, id)
-        n = n + 1
-        if n >= limit then break end
+  local limit, budget = tonumber(argv[9]), tonumber(argv[10])
+  local idx, max, after = c.P .. K.all, '+inf', nil
+  if argv[11] ~= '' then
+    local sp = string.find(argv[11], ' ', 1, true)
+    max, after = string.sub(argv[11], 1, sp - 1), string.sub(argv[11], sp + 1)
+  end
+  local out, n, looked, offset, last = {}, 0, 0, 0, nil
+  while n < limit and looked < budget do
+    local chunk = redis.call('ZRANGE', idx, max, '-inf', 'BYSCORE', 'REV', 'LIMIT', offset,
+                             100, 'WITHSCORES')
+    if #chunk == 0 then return done(c, {out, ''}) end
+    offset = offset + #chunk / 2
+    for i = 1, #chunk, 2 do
+      local m, score = chunk[i], chunk[i + 1]
+      -- Entries of the resumed score at or above where the last call stopped were seen.
+      if after == nil or score ~= max or m < after then
+        looked = looked + 1
+        last = score .. ' ' .. m
+        local id = member_id(m)
+        local f = redis.call('HMGET', c.P .. K.run .. id, 'wf', 'st', 'ow')
+        if (has_wf ~= '1' or f[1] == wf) and (status == '' or f[2] == status)
+            and (has_owner ~= '1' or f[3] == owner) then
+          out[#out + 1] = id
+          out[#out + 1] = dump(c, id)
+          n = n + 1
+          if n >= limit then return done(c, {out, ''}) end
+        end
+        if looked >= budget then break end
       end
     end
-    start = start + 100
   end
-  return done(c, out)
+  return done(c, {out, last or ''})
 end)
 
 -- The shard's queued runs of the workflows ARGV[7..] (of owner ARGV[5] if ARGV[4] is

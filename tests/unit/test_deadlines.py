@@ -4,7 +4,9 @@ one timer per loop for every call in flight."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 import pytest
 
@@ -86,3 +88,18 @@ async def test_it_needs_a_task() -> None:
     loop.call_soon(drive)
     await asyncio.sleep(0.01)
     assert outcome and isinstance(outcome[0], RuntimeError)
+
+
+def test_a_loop_that_used_it_can_be_freed() -> None:
+    """A loop holds its own table of calls: nothing keeps a closed loop alive."""
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def use() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        async with deadline(5):
+            await asyncio.sleep(0)
+
+    for _ in range(3):
+        asyncio.run(use())
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]

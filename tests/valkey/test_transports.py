@@ -13,19 +13,27 @@ import asyncio
 import ssl
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
 
-from pyrula.workflows import RunStatus, StoreUnavailable, WorkflowClient, WorkflowContext, workflow
+from pyrula.workflows import (
+    RunStatus,
+    StoreUnavailable,
+    WorkerOptions,
+    WorkflowClient,
+    WorkflowContext,
+    WorkflowWorker,
+    workflow,
+)
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.stores import open_store
 from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.sync import WorkflowClient as BlockingClient
-from tests.conftest import StartWorker
+from tests.conftest import FAST
 
 from .servers import ValkeyProcess, fresh_namespace
 
@@ -71,9 +79,13 @@ class TlsProxy:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            pipes = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pipes:
+                task.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            if self._server is not None:
+                await self._server.wait_closed()
+            await asyncio.sleep(0)  # the closed transports' last callbacks
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -98,8 +110,8 @@ def tls_proxy(
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(context)
     proxy = TlsProxy(valkey_server.port, context)
-    proxy.start()
     try:
+        proxy.start()
         yield proxy
     finally:
         proxy.stop()
@@ -107,22 +119,21 @@ def tls_proxy(
 
 @pytest.fixture(scope="module")
 def unix_server() -> Iterator[ValkeyProcess]:
-    """A valkey-server listening on a unix socket too (its TCP port only serves the
-    fixture's readiness check); stopped by its PID afterwards."""
-    socket_dir = tempfile.mkdtemp(prefix="pyrula-sock-")
-    server = ValkeyProcess("--unixsocket", f"{socket_dir}/valkey.sock", "--unixsocketperm", "700")
-    server.start()
+    """A valkey-server listening on a unix socket in its own folder too (its TCP port only
+    serves the fixture's readiness check); stopped by its PID afterwards."""
+    server = ValkeyProcess()
+    server.extra += ["--unixsocket", str(server.dir / "valkey.sock"), "--unixsocketperm", "700"]
     try:
+        server.start()
         yield server
     finally:
         server.cleanup()
-        Path(socket_dir, "valkey.sock").unlink(missing_ok=True)
-        Path(socket_dir).rmdir()
 
 
-async def run_through(store: ValkeyStore, registry: Registry, start_worker: StartWorker) -> None:
-    """A workflow with a step, submitted by the async and by the blocking client, run by
-    a worker on ``store``; results read back through each."""
+async def run_through(url: str, registry: Registry, phase: Callable[[str], None]) -> None:
+    """A workflow with a step, submitted by the async client and by the blocking client
+    (each on a store of its own, opened from ``url``), run by a worker; results read back
+    through each. ``phase("before")`` and ``phase("after")`` bracket the blocking part."""
     name = "t" + fresh_namespace()
 
     @workflow(registry=registry, name=name)
@@ -130,57 +141,60 @@ async def run_through(store: ValkeyStore, registry: Registry, start_worker: Star
         total = int(await ctx.step("sum", lambda: a + b))
         return {"sum": total, "text": "é" * 3}
 
-    await start_worker(store, [add])
-    client = WorkflowClient(store, registry=registry)
-    handles = [await client.submit(name, {"a": i, "b": 1}) for i in range(5)]
-    assert [await h.result(timeout=20) for h in handles] == [
-        {"sum": i + 1, "text": "ééé"} for i in range(5)
-    ]
-    run = await store.get_run(handles[0].run_id)
-    assert run is not None and run.status is RunStatus.COMPLETED
-
-    def use_blocking_client() -> list[Any]:
-        with BlockingClient(store, registry=registry) as blocking:
-            submitted = [blocking.submit(name, {"a": i, "b": 2}) for i in range(3)]
-            return [handle.result(timeout=20) for handle in submitted]
-
-    assert await asyncio.to_thread(use_blocking_client) == [
-        {"sum": i + 2, "text": "ééé"} for i in range(3)
-    ]
-
-
-async def test_a_unix_socket_url(
-    unix_server: ValkeyProcess, registry: Registry, start_worker: StartWorker
-) -> None:
-    socket_path = next(arg for arg in unix_server.extra if arg.endswith("valkey.sock"))
-    store = open_store(f"unix://{socket_path}?namespace={fresh_namespace()}&shard_count=4")
+    store = open_store(url)
     assert isinstance(store, ValkeyStore)
+    worker = WorkflowWorker(store=store, workflows=[add], options=WorkerOptions(**FAST))
+    running = asyncio.ensure_future(worker.run())
     try:
-        await run_through(store, registry, start_worker)  # (a unix:// URL has no host)
+        client = WorkflowClient(store, registry=registry)
+        handles = [await client.submit(name, {"a": i, "b": 1}) for i in range(5)]
+        assert [await h.result(timeout=20) for h in handles] == [
+            {"sum": i + 1, "text": "ééé"} for i in range(5)
+        ]
+        run = await store.get_run(handles[0].run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED
+
+        def use_blocking_client() -> list[Any]:
+            phase("before")
+            with BlockingClient(open_store(url), registry=registry) as blocking:
+                submitted = [blocking.submit(name, {"a": i, "b": 2}) for i in range(3)]
+                results = [handle.result(timeout=20) for handle in submitted]
+            phase("after")
+            return results
+
+        assert await asyncio.to_thread(use_blocking_client) == [
+            {"sum": i + 2, "text": "ééé"} for i in range(3)
+        ]
     finally:
+        worker.stop()
+        await asyncio.wait_for(running, timeout=15)
         await store.close()
+
+
+async def test_a_unix_socket_url(unix_server: ValkeyProcess, registry: Registry) -> None:
+    socket_path = unix_server.dir / "valkey.sock"
+    url = f"unix://{socket_path}?namespace={fresh_namespace()}&shard_count=4"
+    await run_through(url, registry, lambda _: None)  # (a unix:// URL has no host)
 
 
 @pytest.mark.parametrize("scheme", ["rediss", "valkeys"])
 async def test_a_tls_url(
-    scheme: str,
-    tls_proxy: TlsProxy,
-    certificates: tuple[trustme.CA, Path],
-    registry: Registry,
-    start_worker: StartWorker,
+    scheme: str, tls_proxy: TlsProxy, certificates: tuple[trustme.CA, Path], registry: Registry
 ) -> None:
     _, ca_file = certificates
     url = (
         f"{scheme}://127.0.0.1:{tls_proxy.port}/0?ssl_ca_certs={ca_file}"
         f"&namespace={fresh_namespace()}&shard_count=4"
     )
-    store = open_store(url)
-    assert isinstance(store, ValkeyStore)
-    try:
-        await run_through(store, registry, start_worker)
-    finally:
-        await store.close()
-    assert tls_proxy.connections >= 2  # the async clients' and the blocking client's
+    connections: dict[str, int] = {}
+
+    def count(phase: str) -> None:
+        connections[phase] = tls_proxy.connections
+
+    await run_through(url, registry, count)
+    # The worker's and the async client's connections came through the proxy, then the
+    # blocking client's own (another store object, with pools of its own).
+    assert connections["after"] > connections["before"] >= 2, connections
 
 
 async def test_a_tls_url_checks_the_certificate(tls_proxy: TlsProxy) -> None:

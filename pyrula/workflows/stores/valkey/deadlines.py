@@ -60,7 +60,24 @@ class _Table:
             self._arm(soonest)
 
 
+_ATTRIBUTE = "_pyrula_deadlines"
 _tables: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Table] = weakref.WeakKeyDictionary()
+"""Tables of loops that take no attribute. Elsewhere a loop holds its own table: the table
+holds the loop (its timer does too), so in a weak dictionary keyed by the loop neither
+would ever be freed; as an attribute they are a plain cycle the collector frees."""
+
+
+def _table_of(loop: asyncio.AbstractEventLoop) -> _Table:
+    table: _Table | None = getattr(loop, _ATTRIBUTE, None)
+    if table is None:
+        table = _tables.get(loop)
+        if table is None:
+            table = _Table(loop)
+            try:
+                setattr(loop, _ATTRIBUTE, table)
+            except AttributeError:  # a loop with no __dict__
+                _tables[loop] = table
+    return table
 
 
 class Deadline:
@@ -80,10 +97,7 @@ class Deadline:
             raise RuntimeError("deadline() must be used inside a task")
         self._task = task
         self._cancelling = task.cancelling() if hasattr(task, "cancelling") else 0
-        table = _tables.get(loop)
-        if table is None:
-            table = _tables[loop] = _Table(loop)
-        self._table = table
+        table = self._table = _table_of(loop)
         self.due = loop.time() + self.delay
         table.add(self)
         return self

@@ -15,7 +15,7 @@ from pyrula.cli import render
 from pyrula.cli.render import CliError, CliUsageError
 from pyrula.workflows import PyrulaError, RunHandle, RunNotFound, RunStatus, Store, open_store
 from pyrula.workflows.engine.rerun import retry_run
-from pyrula.workflows.loops import PURGE_BATCH
+from pyrula.workflows.loops import purge_ended
 from pyrula.workflows.records import JournalEntry, RunRecord
 from pyrula.workflows.stores import DEFAULT_STORE_URL
 
@@ -252,11 +252,7 @@ def purge_command(older_than: str, store_url: str | None, as_json: bool) -> None
     seconds = parse_age(older_than)
 
     async def act(store: Store) -> int:
-        cutoff = await store.now() - seconds
-        deleted = 0
-        while (batch := await store.purge_runs(cutoff, PURGE_BATCH)) > 0:
-            deleted += batch
-        return deleted
+        return await purge_ended(store, await store.now() - seconds)
 
     deleted = with_store(store_url, act)
     if as_json:

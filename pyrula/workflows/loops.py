@@ -125,16 +125,22 @@ async def purge_loop(worker: WorkflowWorker) -> None:
     log.info("deleting runs that ended over %gs ago (run_retention)", retention)
     while True:
         try:
-            cutoff = await store.now() - retention
-            purged = 0
-            while (batch := await _purge_batch(store, cutoff)) > 0:
-                purged += batch
-                await asyncio.sleep(0)  # the worker's other work goes between batches
+            purged = await purge_ended(store, await store.now() - retention)
             if purged:
                 log.info("deleted %d runs that ended over %gs ago", purged, retention)
         except StoreError as exc:
             log.warning("purging ended runs failed: %s", exc)
         await asyncio.sleep(worker.options.purge_interval)
+
+
+async def purge_ended(store: Store, cutoff: float) -> int:
+    """Delete the runs that ended before ``cutoff`` (store time), ``PURGE_BATCH`` a store
+    call until none is left; how many."""
+    purged = 0
+    while (batch := await _purge_batch(store, cutoff)) > 0:
+        purged += batch
+        await asyncio.sleep(0)  # the worker's other work goes between batches
+    return purged
 
 
 async def _purge_batch(store: Store, cutoff: float) -> int:

@@ -78,3 +78,38 @@ async def test_the_index_of_ended_runs_is_emptied_by_purges_and_deletes(
         assert leftover_keys(client, namespace, "j:") == []
     finally:
         client.close()
+
+
+async def test_runs_that_ended_without_the_index_are_found(
+    make_store: MakeStore, clock: FakeClock, valkey_server: object
+) -> None:
+    """A run that ended under a build with no ended index (before an upgrade, or on an
+    old-build worker during a rolling deploy) is not in it: the purge's backfill walks the
+    listing index, a hundred runs a call, and finds it."""
+    store = await make_store("single", shard_count=1, clock=clock)
+    ids = []
+    for _ in range(250):
+        run, _ = await store.create_run(new_run())
+        ids.append(run.run_id)
+        await store.cancel_run(run.run_id)
+    live, _ = await store.create_run(new_run())
+    client = valkey.Valkey(port=int(store.url.rsplit(":", 1)[1]))
+    try:
+        [index] = leftover_keys(client, store.namespace, "e")
+        assert client.zcard(index) == 250
+        client.delete(index)  # as an old build would have left them
+        clock.advance(60)
+        cutoff = await store.now()
+        purged = [await store.purge_runs(cutoff, 1000) for _ in range(4)]
+        assert purged == [100, 100, 50, 0]  # the backfill's steps
+        assert [r.run_id for r in await store.list_runs()] == [live.run_id]
+        # The walk went round: a run ended without the index later is found again.
+        late, _ = await store.create_run(new_run())
+        await store.cancel_run(late.run_id)
+        client.zrem(index, late.run_id)
+        clock.advance(60)
+        cutoff = await store.now()
+        assert sum([await store.purge_runs(cutoff, 1000) for _ in range(3)]) == 1
+        assert leftover_keys(client, store.namespace, "e") == []
+    finally:
+        client.close()

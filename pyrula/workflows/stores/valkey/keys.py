@@ -27,6 +27,7 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
       P l                  zset   running runs by lease expiry
       P a                  zset   every run, "%012d:run" by created_at (listing)
       P e                  zset   runs that ended, by finished_at (purge_runs)
+      P es                 string where the backfill of P e walks P a ("score member")
       P n / P tk / P v     string submission sequence / lease token / hint version
       P mk                 string the data-loss marker
     (<wf> is "<byte length>:<workflow>", so names with ':' stay unambiguous.)
@@ -86,6 +87,7 @@ SHARD_FAMILIES = {
     "leases": "l",
     "all": "a",
     "ended": "e",
+    "ended_scan": "es",
     "seq": "n",
     "token": "tk",
     "version": "v",

@@ -370,14 +370,53 @@ register('delete_run', function(keys, argv)
   return done(c, '1')
 end)
 
+-- Put into the ended index the runs that ended without it: under a build that had none
+-- (before an upgrade, or on an old-build worker during a rolling deploy). A walk over the
+-- shard's listing index, oldest first, BACKFILL entries a call and round again at the
+-- end; its place ("score member") is kept in P .. K.ended_scan.
+local BACKFILL = 100
+
+local function backfill(c)
+  local key, idx = c.P .. K.ended_scan, c.P .. K.all
+  local from = redis.call('GET', key)
+  local min, after = '-inf', nil
+  if from then
+    local sp = string.find(from, ' ', 1, true)
+    min, after = string.sub(from, 1, sp - 1), string.sub(from, sp + 1)
+  end
+  local looked, offset, last = 0, 0, nil
+  while looked < BACKFILL do
+    local chunk = redis.call('ZRANGE', idx, min, '+inf', 'BYSCORE', 'LIMIT', offset, 100,
+                             'WITHSCORES')
+    if #chunk == 0 then
+      redis.call('DEL', key)  -- the walk is done: the next one starts over
+      return
+    end
+    offset = offset + #chunk / 2
+    for i = 1, #chunk, 2 do
+      local m, score = chunk[i], chunk[i + 1]
+      if after == nil or score ~= min or m > after then  -- (not seen by the last call)
+        looked = looked + 1
+        last = score .. ' ' .. m
+        local id = member_id(m)
+        local f = redis.call('HMGET', c.P .. K.run .. id, 'st', 'fa')
+        if TERMINAL[f[1]] and f[2] then redis.call('ZADD', c.P .. K.ended, 'NX', f[2], id) end
+        if looked >= BACKFILL then break end
+      end
+    end
+  end
+  redis.call('SET', key, last)
+end
+
 -- Forget up to ARGV[5] runs of this shard that ended before ARGV[4], those that ended
--- first first -> how many. A child run whose parent is still there (on this shard: an
+-- first first -> how many (after a step of the backfill above). A child run whose parent is still there (on this shard: an
 -- engine child always is) is kept, for the parent may not have read its result yet; its
 -- entry moves to now, so it is looked at again a retention later instead of at every
 -- call. The ended index (end_run adds to it) may name a run that is gone or was retried
 -- by a build that did not take it out: that entry just goes.
 register('purge', function(keys, argv)
   local c = ctx(keys, argv)
+  backfill(c)
   local ended = c.P .. K.ended
   local ids = redis.call('ZRANGEBYSCORE', ended, '-inf', '(' .. argv[4], 'LIMIT', 0,
                          tonumber(argv[5]))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from pyrula.workflows.records import FlowControl, Outcome, RunRecord, RunStatus
-from pyrula.workflows.stores.valkey import ValkeyStore
+from pyrula.workflows.stores.valkey import ValkeyStore, runs
+from tests.stores.conftest import FakeClock
 from tests.stores.helpers import new_run
 
 from .conftest import MakeStore
@@ -47,14 +48,27 @@ def walked(runs: list[RunRecord], workflow: str | None, owner: str | None) -> li
     ]
 
 
+@pytest.mark.parametrize("how", ["queues", "equal times", "history"])
 @pytest.mark.parametrize(
     ("workflow", "owner"),
     [(None, None), ("plain", None), ("owned", None), ("owned", "acme"), (None, ""), ("x", None)],
 )
 async def test_queued_runs_are_listed_as_the_history_would(
-    make_store: MakeStore, topology: str, workflow: str | None, owner: str | None
+    make_store: MakeStore,
+    topology: str,
+    workflow: str | None,
+    owner: str | None,
+    how: str,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = await make_store(topology, shard_count=8)
+    """Read from the queues; with every run created at one time (ties between shards,
+    ordered by id); and with more runs queued than the queues are read for (the history
+    walk instead)."""
+    options = {"clock": clock} if how == "equal times" else {}
+    store = await make_store(topology, shard_count=8, **options)
+    if how == "history":
+        monkeypatch.setattr(runs, "QUEUE_READ_MAX", 3)
     await populate(store)
     everything = await store.list_runs(limit=1000)  # the history walk
     expected = walked(everything, workflow, owner)

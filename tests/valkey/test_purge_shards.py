@@ -113,3 +113,27 @@ async def test_runs_that_ended_without_the_index_are_found(
         assert leftover_keys(client, store.namespace, "e") == []
     finally:
         client.close()
+
+
+async def test_an_entry_older_than_the_run_s_end_is_moved_not_purged(
+    make_store: MakeStore, clock: FakeClock, valkey_server: object
+) -> None:
+    """A run retried and ended again by a build that kept its old index entry: the purge
+    goes by the run's own end, and moves the entry there."""
+    store = await make_store("single", shard_count=1, clock=clock)
+    run, _ = await store.create_run(new_run())
+    await store.cancel_run(run.run_id)  # indexed at START
+    ended = (await store.get_run(run.run_id)).finished_at  # type: ignore[union-attr]
+    client = valkey.Valkey(port=int(store.url.rsplit(":", 1)[1]))
+    try:
+        [key] = [k for k in leftover_keys(client, store.namespace, "r:")]
+        client.hset(key, "fa", repr(ended + 100))  # as the old build's second end left it
+        clock.advance(50)
+        assert await store.purge_runs(await store.now(), 10) == 0
+        assert await store.get_run(run.run_id) is not None
+        [index] = leftover_keys(client, store.namespace, "e")
+        assert client.zscore(index, run.run_id) == ended + 100
+        clock.advance(100)
+        assert await store.purge_runs(await store.now(), 10) == 1
+    finally:
+        client.close()

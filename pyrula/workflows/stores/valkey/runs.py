@@ -165,6 +165,10 @@ class RunOps(ValkeyCore):
             has_owner,
             owner or "",
         )
+        return await self._list_history(args, limit)
+
+    async def _list_history(self, args: tuple[str, ...], limit: int) -> list[RunRecord]:
+        """The ``list`` walk of every shard's history (``args``: its filters)."""
         # Each shard lists up to limit, LIST_BUDGET history entries a call, LIST_GROUP
         # calls a round trip: a long history never keeps the server busy for long at once.
         wanted = dict.fromkeys(range(self.shard_count), limit)
@@ -200,13 +204,34 @@ class RunOps(ValkeyCore):
             names = sorted(f[2:] for f in map(text, fields) if f.startswith("w:"))
         if not names:
             return []
+        # First how many there are (cheap): with a backlog, the history walk finds the
+        # newest queued runs at once, while reading every queue would cost the backlog.
+        counted = 0
+        for reply in await self._queue_calls(has_owner, owner, 0, names):
+            if isinstance(reply, BaseException):
+                raise reply
+            counted += int(text(reply))
+        if counted > QUEUE_READ_MAX:
+            return await self._list_history(
+                ("0" if len(names) > 1 else "1", names[0] if len(names) == 1 else "",
+                 RunStatus.QUEUED.value, has_owner, owner),
+                limit,
+            )  # fmt: skip
+        return _newest(await self._queue_calls(has_owner, owner, limit, names), limit)
+
+    async def _queue_calls(
+        self, has_owner: str, owner: str, limit: int, names: list[str]
+    ) -> list[Any]:
+        """list_ready (single node) then list_queued on every shard: a run that moves from
+        a ready list to a shard's queue meanwhile (a workflow's first owned run moves them
+        all) is then seen twice, not missed; _newest keeps one."""
         args = (has_owner, owner, str(limit), *names)
-        calls = [(s, self._shard_call("list_queued", s, *args)) for s in range(self.shard_count)]
-        replies = await self._shards(calls)
+        replies: list[Any] = []
         if not self.cluster:
             ready = ("list_ready", self._keys.hint(names[0]), (self.namespace, *args))
             replies += await self._server.call_many([ready])
-        return _newest(replies, limit)
+        calls = [(s, self._shard_call("list_queued", s, *args)) for s in range(self.shard_count)]
+        return replies + await self._shards(calls)
 
     async def delete_run(self, run_id: str) -> bool:
         return text(await self._run_call("delete_run", run_id, run_id)) == "1"
@@ -365,6 +390,10 @@ LIST_BUDGET = "1000"
 """History entries one shard's list call looks at, at most (~3 ms of the server's time)."""
 LIST_GROUP = 4
 """Shard list calls sent in one round trip: the server is busy ~10 ms with them."""
+QUEUE_READ_MAX = 4000
+"""Queued runs (of the workflows and owner asked for) up to which a listing of queued runs
+reads the queues; past it, it walks the history, whose newest runs are then mostly the
+queued ones."""
 
 
 def _newest(replies: list[Any], limit: int) -> list[RunRecord]:

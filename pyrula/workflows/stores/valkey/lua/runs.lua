@@ -242,10 +242,12 @@ end)
 -- The shard's queued runs of the workflows ARGV[7..] (of owner ARGV[5] if ARGV[4] is
 -- '1'), newest first, at most ARGV[6], as list returns them; from the shard's queues,
 -- not its history, so it costs the runs queued here, however many runs it keeps.
+-- With limit 0 it only counts them (ZCARDs): the caller reads the queues when that is
+-- cheap, and walks the history when a backlog makes it the dearer way.
 register('list_queued', function(keys, argv)
   local c = ctx(keys, argv)
   local has_owner, owner, limit = argv[4], argv[5], tonumber(argv[6])
-  local members = {}
+  local members, count = {}, 0
   for i = 7, #argv do
     local wf = argv[i]
     local owners = {owner}
@@ -257,12 +259,17 @@ register('list_queued', function(keys, argv)
     for _, o in ipairs(owners) do
       if not seen[o] then
         seen[o] = true
-        for _, m in ipairs(redis.call('ZRANGE', qkey(c, wf, o), 0, -1)) do
-          members[#members + 1] = m
+        if limit == 0 then
+          count = count + redis.call('ZCARD', qkey(c, wf, o))
+        else
+          for _, m in ipairs(redis.call('ZRANGE', qkey(c, wf, o), 0, -1)) do
+            members[#members + 1] = m
+          end
         end
       end
     end
   end
+  if limit == 0 then return done(c, tostring(count)) end
   table.sort(members, function(a, b) return a > b end)  -- "%012d:run": by submission
   local out, n = {}, 0
   for _, m in ipairs(members) do
@@ -279,18 +286,25 @@ end)
 
 -- Single node only (it reads every shard's runs): the queued runs on the ready lists of
 -- the workflows ARGV[6..] (of owner ARGV[4] if ARGV[3] is '1'), newest first (by
--- created_at, then submission), at most ARGV[5]; KEYS[1] the first one's hint prefix,
--- ARGV[2] the namespace -> {run_id, run, ...}
+-- created_at, then submission), at most ARGV[5] and those tied with the last of them (the
+-- caller orders ties by id); with ARGV[5] 0, how many entries the lists hold. KEYS[1] the
+-- first one's hint prefix, ARGV[2] the namespace -> {run_id, run, ...} or the count
 register('list_ready', function(keys, argv)
   local ns, has_owner, owner, limit = argv[2], argv[3], argv[4], tonumber(argv[5])
   if ns == '' then fail('INTERNAL', 'list_ready is for a single node') end
+  if limit == 0 then
+    local count = 0
+    for i = 6, #argv do count = count + redis.call('LLEN', hint_prefix(ns, argv[i]) .. 'r') end
+    return tostring(count)
+  end
+  if has_owner == '1' and owner ~= '' then return {} end  -- only the default owner's wait there
   local found = {}
   for i = 6, #argv do
     for _, e in ipairs(redis.call('LRANGE', hint_prefix(ns, argv[i]) .. 'r', 0, -1)) do
       local shard, id = split_entry(e)
       local P = shard_prefix(ns, shard)
-      local f = redis.call('HMGET', P .. K.run .. id, 'st', 'ow', 'ca', 'sq')
-      if f[1] == 'queued' and (has_owner ~= '1' or f[2] == owner) then
+      local f = redis.call('HMGET', P .. K.run .. id, 'st', 'q', 'ca', 'sq')
+      if f[1] == 'queued' and f[2] == 'r' then
         found[#found + 1] = {tonumber(f[3]), tonumber(f[4]), id, P}
       end
     end
@@ -300,8 +314,9 @@ register('list_ready', function(keys, argv)
     return a[2] > b[2]
   end)
   local out = {}
-  for i = 1, math.min(limit, #found) do
-    local x = found[i]
+  for i, x in ipairs(found) do
+    local cut = found[limit]
+    if i > limit and (x[1] ~= cut[1] or x[2] ~= cut[2]) then break end
     out[#out + 1] = x[3]
     out[#out + 1] = dump({P = x[4]}, x[3])
   end
@@ -420,11 +435,14 @@ register('purge', function(keys, argv)
   local ended = c.P .. K.ended
   local ids = redis.call('ZRANGEBYSCORE', ended, '-inf', '(' .. argv[4], 'LIMIT', 0,
                          tonumber(argv[5]))
-  local n, now = 0, fmt(c.now)
+  local n, now, cutoff = 0, fmt(c.now), tonumber(argv[4])
   for _, id in ipairs(ids) do
     local r = load_run(c, id)
     if r == nil or not TERMINAL[r.st] then
       redis.call('ZREM', ended, id)
+    elseif r.fa == nil or tonumber(r.fa) >= cutoff then
+      -- Retried and ended again by a build that kept the old entry: its real end counts.
+      redis.call('ZADD', ended, r.fa or now, id)
     elseif r.pa and id_root(r.pa) == id_root(id)
         and redis.call('EXISTS', c.P .. K.run .. r.pa) == 1 then
       redis.call('ZADD', ended, now, id)

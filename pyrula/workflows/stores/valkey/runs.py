@@ -155,16 +155,15 @@ class RunOps(ValkeyCore):
         long history does not walk it (a worker of the Celery drop-in does at start)."""
         if limit <= 0:
             return []
-        has_owner = "0" if owner is None else "1"
-        if status is RunStatus.QUEUED:
-            return await self._list_queued(workflow, has_owner, owner or "", limit)
         args = (
             "0" if workflow is None else "1",
             workflow or "",
             "" if status is None else status.value,
-            has_owner,
+            "0" if owner is None else "1",
             owner or "",
         )
+        if status is RunStatus.QUEUED:
+            return await self._list_queued(workflow, args, limit)
         return await self._list_history(args, limit)
 
     async def _list_history(self, args: tuple[str, ...], limit: int) -> list[RunRecord]:
@@ -192,11 +191,12 @@ class RunOps(ValkeyCore):
         return _newest(replies, limit)
 
     async def _list_queued(
-        self, workflow: str | None, has_owner: str, owner: str, limit: int
+        self, workflow: str | None, args: tuple[str, ...], limit: int
     ) -> list[RunRecord]:
         """The queued runs of ``workflow`` (or of every workflow the namespace has seen:
         the meta hash records each at its first use): each shard's queues, and on a single
-        node the ready lists too."""
+        node the ready lists too (``args``: the history walk's filters)."""
+        has_owner, owner = args[3], args[4]
         if workflow is not None:
             names = [workflow]
         else:
@@ -212,11 +212,7 @@ class RunOps(ValkeyCore):
                 raise reply
             counted += int(text(reply))
         if counted > QUEUE_READ_MAX:
-            return await self._list_history(
-                ("0" if len(names) > 1 else "1", names[0] if len(names) == 1 else "",
-                 RunStatus.QUEUED.value, has_owner, owner),
-                limit,
-            )  # fmt: skip
+            return await self._list_history(args, limit)
         return _newest(await self._queue_calls(has_owner, owner, limit, names), limit)
 
     async def _queue_calls(

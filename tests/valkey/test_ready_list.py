@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from pyrula.workflows.records import FlowControl, RunStatus
 from pyrula.workflows.stores.valkey import ValkeyStore
@@ -283,3 +284,51 @@ async def test_the_orphan_scan_skips_an_ended_run_left_in_the_lease_index(
     assert await raw.zscore(index, run_id) is None
     run = await store.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
+
+
+async def commands_during(store: ValkeyStore, call: Any) -> dict[str, int]:
+    """Server commands (INFO commandstats deltas, those scripts ran too) while call runs."""
+    raw = store._server.client()
+    before = await raw.info("commandstats")
+    result = await call
+    after = await raw.info("commandstats")
+    out = {name[len("cmdstat_") :]: stats["calls"] - before.get(name, {}).get("calls", 0)
+           for name, stats in after.items()}  # fmt: skip
+    out = {name: n for name, n in out.items() if n and name != "info"}
+    out["result"] = result
+    return out
+
+
+async def test_an_idle_claim_over_many_workflows_is_one_probe(make_store: MakeStore) -> None:
+    store = await make_store("single", shard_count=4)
+    names = [f"wf{i}" for i in range(10)]
+    assert await store.claim_runs("w", names, 50, TTL) == []  # each workflow noted once
+    seen = await commands_during(store, store.claim_runs("w", names, 50, TTL))
+    # The call and one EXISTS over the 30 keys: not an LPOP and a ZRANGEBYSCORE each.
+    assert seen == {"fcall": 1, "exists": 1, "result": []}
+
+
+async def test_a_probe_that_finds_anything_claims_as_before(make_store: MakeStore) -> None:
+    store = await make_store("single", shard_count=4)
+    names = [f"wf{i}" for i in range(6)]
+    await store.claim_runs("w", names, 5, TTL)
+    raw = store._server.client()
+    # Only a wake list left (its run taken by another worker): the claim spends it.
+    await raw.lpush(store._keys.hint("wf2") + "wake", "r")
+    assert await store.claim_runs("w", names, 5, TTL) == []
+    assert await raw.exists(store._keys.hint("wf2") + "wake") == 0
+    # A delayed run in a shard of the last workflow, once due; a ready run of another.
+    delayed = await create(store, "wf5", delay=0.3)
+    assert await store.claim_runs("w", names, 5, TTL) == []
+    ready = await create(store, "wf1")
+    [lease] = await store.claim_runs("w", names, 5, TTL)
+    assert lease.run_id == ready
+    await asyncio.sleep(0.35)
+    [lease] = await store.claim_runs("w", names, 5, TTL)
+    assert lease.run_id == delayed
+    # A ready run alone (no wake list: deleted) is found too.
+    await raw.delete(store._keys.hint("wf3") + "wake")
+    run_id = await create(store, "wf3")
+    await raw.delete(store._keys.hint("wf3") + "wake")
+    [lease] = await store.claim_runs("w", names, 5, TTL)
+    assert lease.run_id == run_id

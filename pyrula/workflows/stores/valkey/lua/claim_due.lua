@@ -144,6 +144,9 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
   return leases, blocked, visited, owed, flags, taken < limit or (drained and dry)
 end
 
+-- Workflows a claim_due probes at once, at most (3 keys each: within unpack's limit).
+local PROBE_MAX = 1000
+
 -- Single node only (it touches every shard's keys): for each workflow in the order given,
 -- hint_read and the claims on its due shards, with one TIME for all, until limit runs
 -- are claimed (or owed to flow control). The plan per workflow is the cluster path's
@@ -158,9 +161,27 @@ end
 -- -> {payload = {{{run_id, packed run, ...}, {shard, owed, blocked (6 fields), ...},
 --     shards visited, flags} per workflow reached}, {}, {}, followups}
 register('claim_due', function(keys, argv)
-  local now = now_of(argv[1])
   local ns, worker = argv[2], argv[3]
   local limit, ttl, n = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
+  if n >= 2 and n <= PROBE_MAX and limit > 0 then
+    -- A claim over several workflows (an idle worker's poll names them all) first asks
+    -- whether any of them has a ready list, a due-shard index or a wake list at all: one
+    -- command instead of two or three per workflow when none has, as if each had been
+    -- read and found dry (no shard due, ready list empty, no wake-up to spend).
+    local probe = {}
+    for j = 0, n - 1 do
+      local hp = hint_prefix(ns, argv[7 + 3 * j])
+      probe[#probe + 1] = hp .. 'r'
+      probe[#probe + 1] = hp .. 'd'
+      probe[#probe + 1] = hp .. 'wake'
+    end
+    if redis.call('EXISTS', unpack(probe)) == 0 then
+      local out = {}
+      for j = 1, n do out[j] = {{}, {}, '0', 'hd'} end
+      return {out, {}, {}, {}}
+    end
+  end
+  local now = now_of(argv[1])
   local own = {}
   for i = 7 + 3 * n, #argv do own[argv[i]] = true end
   local out, follow, taken, spent = {}, {}, 0, {}

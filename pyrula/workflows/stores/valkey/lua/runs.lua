@@ -87,11 +87,14 @@ register('create_ready', function(keys, argv)
   local P, ns, shard, id, wf = keys[1], argv[2], argv[3], argv[4], argv[5]
   if ns == '' then fail('INTERNAL', 'create_ready is for a single node') end
   local key = P .. K.run .. id
-  if redis.call('EXISTS', key) == 1 then
-    fail('STATE', 'a run with id ' .. id .. ' already exists')
-  end
   local hp = hint_prefix(ns, wf)
-  if redis.call('EXISTS', hp .. 'm') == 1 then return {'owned'} end
+  -- Neither the run nor the workflow's owned mark, the common case: one EXISTS for both.
+  if redis.call('EXISTS', key, hp .. 'm') > 0 then
+    if redis.call('EXISTS', key) == 1 then
+      fail('STATE', 'a run with id ' .. id .. ' already exists')
+    end
+    return {'owned'}
+  end
   local now = now_of(argv[1])
   local seq = tostring(redis.call('INCR', P .. K.seq))
   local at = fmt(now)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 
 import pytest
 
@@ -96,3 +97,62 @@ def _raise(exc: BaseException) -> object:
         raise exc
 
     return fn
+
+
+async def test_short_calls_queued_together_share_a_thread_or_two() -> None:
+    pool = StepThreadPool(50)
+    loop = asyncio.get_running_loop()
+    try:
+        for _ in range(5):
+            used = await asyncio.gather(
+                *[pool.run_soon(loop, threading.get_ident) for _ in range(200)]
+            )
+            # Waking a thread per call (a pool of 50 threads for 200 no-ops) costs the
+            # loop a system call and a context switch each: one awake thread takes them.
+            assert len(set(used)) <= 4
+        assert len(pool._threads) <= 4
+    finally:
+        pool.shutdown()
+
+
+async def test_calls_queued_behind_blocked_threads_spread_over_the_pool() -> None:
+    pool = StepThreadPool(8)
+    loop = asyncio.get_running_loop()
+    try:
+        started = time.monotonic()
+        used = await asyncio.gather(*[pool.run_soon(loop, _sleep_then_ident) for _ in range(8)])
+        # One after the other they would take 8 x 0.3 s: each got a thread after STALL.
+        assert len(set(used)) == 8
+        assert time.monotonic() - started < 1.5
+    finally:
+        pool.shutdown()
+
+
+def test_a_pool_outlives_the_loop_that_was_to_look_again() -> None:
+    pool = StepThreadPool(4)
+    gate = threading.Event()
+
+    async def leave_a_look_pending() -> None:
+        loop = asyncio.get_running_loop()
+        first = pool.run_soon(loop, gate.wait)
+        pool.run_soon(loop, gate.wait)  # behind it: the loop is to look again, then closes
+        await asyncio.sleep(0)
+        first.cancel()
+
+    async def blocked_calls_still_spread() -> list[int]:
+        loop = asyncio.get_running_loop()
+        return await asyncio.gather(*[pool.run_soon(loop, _sleep_then_ident) for _ in range(2)])
+
+    try:
+        asyncio.run(leave_a_look_pending())
+        gate.set()
+        started = time.monotonic()
+        assert len(set(asyncio.run(blocked_calls_still_spread()))) == 2
+        assert time.monotonic() - started < 0.55  # not one after the other (0.6 s)
+    finally:
+        pool.shutdown()
+
+
+def _sleep_then_ident() -> int:
+    time.sleep(0.3)
+    return threading.get_ident()

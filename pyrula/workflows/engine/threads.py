@@ -8,15 +8,29 @@ already requeued, its result to be discarded) must still be able to exit.
 asyncio future through ``call_soon_threadsafe``, without the ``concurrent.futures.Future``
 (and its condition variable) and the future chaining that ``loop.run_in_executor`` adds.
 ``submit`` keeps the :class:`~concurrent.futures.Executor` interface.
+
+**Waking threads.** Waking a sleeping thread costs the waker a system call and, on a
+busy machine, a context switch in the middle of its work, holding the GIL: measured in
+a worker running no-op Celery tasks, 20 - 30 µs of the event loop's time per step, and
+a pool of 50 threads cost that worker ~15 % more CPU per task than a pool of one. So a
+call from :meth:`run_soon` wakes a thread only when no thread will take it soon: none
+is awake, or every awake one has been in its current call for ``STALL`` or more (it is
+blocked, on I/O say). Otherwise the call waits for the awake thread, and the loop looks
+again every ``STALL`` while calls are queued: when no thread took one since its last
+look, the awake threads are stuck in their calls, and each queued call gets a thread, up
+to ``max_workers``. Short calls therefore run one after the other on one thread or two,
+and blocking ones still spread over the pool, a burst of them within about two
+``STALL``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
-import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
@@ -26,57 +40,150 @@ T = TypeVar("T")
 _Submitted = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 _Soon = tuple[asyncio.Future[Any], asyncio.AbstractEventLoop, Callable[[], Any]]
 
+STALL = 0.01
+"""Seconds a thread may be in one call before calls queued behind it wake another: twice
+the interpreter's GIL switch interval (5 ms), since a thread that waits that long for
+the GIL (the loop's thread holding it) is not blocked."""
+
+_BETWEEN = float("inf")
+"""A running thread's start time while it is between two calls (it takes the next)."""
+
+
+class _Slot:
+    """One thread's place in the pool: what wakes it when it sleeps."""
+
+    __slots__ = ("wake",)
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()  # released by a waker; the thread's acquire then returns
+
 
 class StepThreadPool(Executor):
-    """A fixed-size pool of daemon threads, started on demand."""
+    """A pool of at most ``max_workers`` daemon threads, started on demand."""
 
     def __init__(self, max_workers: int, thread_name_prefix: str = "pyrula-step") -> None:
         self._max_workers = max_workers
         self._prefix = thread_name_prefix
-        self._queue: queue.SimpleQueue[_Submitted | _Soon | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0
-        """Threads that finished their work and wait for more (or are about to)."""
         self._lock = threading.Lock()
+        self._items: collections.deque[_Submitted | _Soon] = collections.deque()
+        self._threads: list[threading.Thread] = []
+        self._sleeping: list[_Slot] = []
+        """Threads waiting for work, the one that slept last at the end (woken first)."""
+        self._running: dict[_Slot, float] = {}
+        """Awake threads: when each started its current call (_BETWEEN: none)."""
+        self._taken = 0
+        """Calls taken by a thread so far."""
+        self._watch: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
+        """The loop's next look at calls left queued (run_soon), if one is due."""
         self._shutdown = False
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
-        self._put((future, fn, args, kwargs))
+        self._put((future, fn, args, kwargs), None)
         return future
 
     def run_soon(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> asyncio.Future[T]:
         """Call ``fn()`` on a pool thread; its result or exception resolves the returned
         future on ``loop``. Cancelling the future before a thread took ``fn`` skips it."""
         waiter: asyncio.Future[T] = loop.create_future()
-        self._put((waiter, loop, fn))
+        self._put((waiter, loop, fn), loop)
         return waiter
 
-    def _put(self, item: _Submitted | _Soon) -> None:
+    def _put(self, item: _Submitted | _Soon, loop: asyncio.AbstractEventLoop | None) -> None:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot run a step after the worker's pool shut down")
-            self._queue.put(item)
-            if self._idle:
-                self._idle -= 1  # that thread takes this item
-            elif len(self._threads) < self._max_workers:
-                thread = threading.Thread(
-                    target=self._work, name=f"{self._prefix}-{len(self._threads)}", daemon=True
-                )
-                self._threads.append(thread)
-                thread.start()
+            self._items.append(item)
+            now = time.monotonic()
+            if loop is None:  # submit: no loop to look again later
+                soon = any(start is _BETWEEN for start in self._running.values())
+            else:
+                soon = any(now - start < STALL for start in self._running.values())
+            wake = None if soon else self._wake_one()
+            if soon and loop is not None and self._can_grow():
+                self._watch_from(loop)
+        if wake is not None:
+            wake()
 
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
+    def _watch_from(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under the lock: have ``loop`` look again ``STALL`` from now, unless it will
+        already (a look due on another loop, one that closed since, is replaced)."""
+        if self._watch is not None:
+            if self._watch[0] is loop:
                 return
+            self._watch[1].cancel()
+        self._watch = (loop, loop.call_later(STALL, self._look_again, loop, self._taken))
+
+    def _can_grow(self) -> bool:
+        return bool(self._sleeping) or len(self._threads) < self._max_workers
+
+    def _wake_one(self) -> Callable[[], None] | None:
+        """Under the lock: a thread made to take a call, by what the caller does once it
+        released the lock (wake a sleeping one, or start one); None when the pool is at
+        ``max_workers`` with every thread awake."""
+        if self._sleeping:
+            slot = self._sleeping.pop()
+            self._running[slot] = _BETWEEN
+            return slot.wake.release
+        if len(self._threads) < self._max_workers:
+            slot = _Slot()
+            self._running[slot] = _BETWEEN
+            thread = threading.Thread(
+                target=self._work,
+                args=(slot,),
+                name=f"{self._prefix}-{len(self._threads)}",
+                daemon=True,
+            )
+            self._threads.append(thread)
+            return thread.start
+        return None
+
+    def _look_again(self, loop: asyncio.AbstractEventLoop, taken: int) -> None:
+        """On the loop, ``STALL`` after a call was left queued behind an awake thread:
+        if no thread took a call since (``taken`` then), every awake one is stuck in its
+        call, and each call still queued gets a thread, up to ``max_workers``."""
+        woken: list[Callable[[], None]] = []
+        with self._lock:
+            if self._watch is not None and self._watch[0] is loop:
+                self._watch = None
+            if self._shutdown or not self._items:
+                return
+            if self._taken == taken:
+                for _ in range(len(self._items)):
+                    wake = self._wake_one()
+                    if wake is None:
+                        break
+                    woken.append(wake)
+            if self._can_grow():  # the awake threads may get stuck later
+                self._watch_from(loop)
+        for wake in woken:
+            wake()
+
+    def _work(self, slot: _Slot) -> None:
+        items, lock, running = self._items, self._lock, self._running
+        while True:
+            with lock:
+                if items:
+                    item = items.popleft()
+                    running[slot] = time.monotonic()
+                    self._taken += 1
+                elif self._shutdown:
+                    running.pop(slot, None)
+                    return
+                else:
+                    running.pop(slot, None)
+                    self._sleeping.append(slot)
+                    item = None
+            if item is None:
+                slot.wake.acquire()
+                continue
             deliver = _run_soon(*item) if len(item) == 3 else _run_submitted(*item)
             del item
-            # Counted idle before the caller learns of the outcome, so that the caller's
-            # next call finds this thread free instead of starting another.
-            with self._lock:
-                self._idle += 1
+            # Between calls before the caller learns of the outcome, so that the caller's
+            # next call finds this thread about to take it instead of waking another.
+            with lock:
+                running[slot] = _BETWEEN
             if deliver is not None:
                 deliver()
 
@@ -84,21 +191,21 @@ class StepThreadPool(Executor):
         with self._lock:
             self._shutdown = True
             threads = list(self._threads)
-        if cancel_futures:
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    continue
-                if len(item) == 3:
-                    waiter, loop = item[0], item[1]
-                    _call_soon(loop, _cancel, waiter)
-                else:
-                    item[0].cancel()
-        for _ in threads:
-            self._queue.put(None)
+            sleeping, self._sleeping = self._sleeping, []
+            dropped: list[_Submitted | _Soon] = []
+            if cancel_futures:
+                dropped, self._items = list(self._items), collections.deque()
+            if self._watch is not None:
+                self._watch[1].cancel()
+                self._watch = None
+        for item in dropped:
+            if len(item) == 3:
+                waiter, loop = item[0], item[1]
+                _call_soon(loop, _cancel, waiter)
+            else:
+                item[0].cancel()
+        for slot in sleeping:
+            slot.wake.release()
         if wait:
             for thread in threads:
                 thread.join()

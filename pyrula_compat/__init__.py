@@ -9,10 +9,8 @@ workflow, and a worker that dies mid-task hands it to another. See
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyrula_compat import states
-from pyrula_compat._state import get_current_app, get_current_task
+from pyrula_compat._state import current_app, current_task
 from pyrula_compat.app import Celery, shared_task
 from pyrula_compat.app.task import Task
 from pyrula_compat.canvas import (
@@ -27,17 +25,12 @@ from pyrula_compat.canvas import (
     xmap,
     xstarmap,
 )
-from pyrula_compat.local import Proxy
 from pyrula_compat.utils import uuid
 
 VERSION = (5, 7, 0)
 __version__ = "5.7.0"
 """The Celery version whose API this mirrors."""
 
-current_app: Any = Proxy(get_current_app)
-"""The current app (a default one when the project never created a ``Celery()``)."""
-current_task: Any = Proxy(get_current_task)
-"""The task whose body runs in this thread (falsy when none)."""
 
 __all__ = [
     "VERSION",

@@ -13,6 +13,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pyrula_compat.local import Proxy
+
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
     from pyrula_compat.app.task import Task
@@ -97,3 +99,9 @@ def get_current_worker_task() -> Task | None:
         if not task.request.called_directly:
             return task
     return None
+
+
+current_app: Any = Proxy(get_current_app)
+"""The current app (a default one when the project never created a ``Celery()``)."""
+current_task: Any = Proxy(get_current_task)
+"""The task whose body runs in this thread (falsy when none)."""

@@ -22,6 +22,7 @@ __all__ = [
     "MaxRetriesExceededError",
     "NotConfigured",
     "NotRegistered",
+    "OperationalError",
     "QueueNotFound",
     "Reject",
     "Retry",
@@ -168,3 +169,8 @@ class WorkerLostError(Exception):
 
 class Terminated(Exception):
     """The task was terminated."""
+
+
+class OperationalError(Exception):
+    """The store could not be reached (kombu's ``OperationalError``, which
+    ``celery.exceptions`` re-exports; pyrula raises its own ``StoreUnavailable``)."""

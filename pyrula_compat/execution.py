@@ -11,7 +11,6 @@ import asyncio
 import ctypes
 import inspect
 import logging
-import random
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,6 +34,7 @@ from pyrula_compat.signals import (
     task_retry,
     task_success,
 )
+from pyrula_compat.utils.time import get_exponential_backoff_interval
 
 log = logging.getLogger("pyrula_compat.worker")
 
@@ -58,10 +58,7 @@ class Attempt:
 def backoff_interval(factor: float, retries: int, maximum: float, full_jitter: bool) -> float:
     """Celery's ``get_exponential_backoff_interval``: ``min(maximum, factor * 2**retries)``,
     replaced by a uniform integer in ``[0, countdown]`` with full jitter."""
-    countdown = min(maximum, factor * (2**retries))
-    if full_jitter:
-        countdown = random.randrange(int(countdown) + 1)
-    return float(max(0, countdown))
+    return float(get_exponential_backoff_interval(factor, retries, maximum, full_jitter))
 
 
 def _eta_epoch(when: Any) -> float | None:

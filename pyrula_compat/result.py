@@ -10,7 +10,9 @@ and re-raises the task's own exception class with its message.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,31 @@ from pyrula_compat.runstate import REVOKED_TASK, decode, info_of, state_of
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
+
+_joins = threading.local()
+
+
+@contextlib.contextmanager
+def allow_join_result() -> Iterator[None]:
+    """Inside it, ``get()`` may wait from within a task (in this thread), as Celery's
+    ``allow_join_result`` allows: the task keeps its worker slot while it waits."""
+    before = getattr(_joins, "allowed", False)
+    _joins.allowed = True
+    try:
+        yield
+    finally:
+        _joins.allowed = before
+
+
+@contextlib.contextmanager
+def denied_join_result() -> Iterator[None]:
+    """The opposite of :func:`allow_join_result`, for a block inside one."""
+    before = getattr(_joins, "allowed", False)
+    _joins.allowed = False
+    try:
+        yield
+    finally:
+        _joins.allowed = before
 
 
 class ResultBase:
@@ -191,10 +218,15 @@ class AsyncResult(ResultBase):
         """
         if self.ignored:
             return None
-        if disable_sync_subtasks and get_current_worker_task() is not None:
+        if (
+            disable_sync_subtasks
+            and not getattr(_joins, "allowed", False)
+            and get_current_worker_task() is not None
+        ):
             raise RuntimeError(
                 "Never call result.get() within a task! Pass disable_sync_subtasks=False "
-                "if you must (it holds a worker slot while it waits)."
+                "or wrap it in allow_join_result() if you must (it holds a worker slot "
+                "while it waits)."
             )
         deadline = None if timeout is None else time.monotonic() + timeout
         record = self._wait(deadline, interval)
@@ -333,6 +365,8 @@ __all__ = [
     "GroupResult",
     "ResultBase",
     "ResultSet",
+    "allow_join_result",
+    "denied_join_result",
     "result_from_tuple",
     "served",
     "state_of",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -70,23 +71,18 @@ class EagerResult(AsyncResult):
         self._state = states.REVOKED
 
 
-class GroupResult(ResultBase):
-    """The results of a group, in the group's order."""
+class ResultSet(ResultBase):
+    """Results waited on together, in order (Celery's ``ResultSet(results)``)."""
 
     def __init__(
-        self,
-        id: str | None = None,
-        results: Sequence[AsyncResult] | None = None,
-        parent: Any = None,
-        app: Celery | None = None,
-    ) -> None:
-        self.id = id
+        self, results: Sequence[AsyncResult] | None = None, app: Celery | None = None,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
         self.results = list(results or [])
-        self.parent = parent
         self._app = app
 
     def __repr__(self) -> str:
-        return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
+        return f"<{type(self).__name__}: [{', '.join(r.id for r in self.results)}]>"
 
     def __iter__(self) -> Iterator[AsyncResult]:
         return iter(self.results)
@@ -96,6 +92,32 @@ class GroupResult(ResultBase):
 
     def __getitem__(self, index: int) -> AsyncResult:
         return self.results[index]
+
+    def add(self, result: AsyncResult) -> None:
+        """Add ``result`` unless it is in the set already."""
+        if result not in self.results:
+            self.results.append(result)
+
+    def remove(self, result: AsyncResult | str) -> None:
+        """Remove ``result`` (or the result of that id); KeyError if it is not there."""
+        if isinstance(result, str):
+            result = AsyncResult(result, app=self._app)
+        try:
+            self.results.remove(result)
+        except ValueError:
+            raise KeyError(result) from None
+
+    def discard(self, result: AsyncResult | str) -> None:
+        """Remove ``result`` if it is there."""
+        with contextlib.suppress(KeyError):
+            self.remove(result)
+
+    def update(self, results: Sequence[AsyncResult]) -> None:
+        """Add each of ``results`` not in the set already."""
+        self.results.extend(r for r in results if r not in self.results)
+
+    def clear(self) -> None:
+        self.results.clear()
 
     @property
     def children(self) -> list[AsyncResult]:
@@ -153,14 +175,30 @@ class GroupResult(ResultBase):
         for member in self.results:
             member.forget()
 
+
+class GroupResult(ResultSet):
+    """The results of a group, in the group's order."""
+
+    def __init__(
+        self,
+        id: str | None = None,
+        results: Sequence[AsyncResult] | None = None,
+        parent: Any = None,
+        app: Celery | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(results, app=app)
+        self.id = id
+        self.parent = parent
+
+    def __repr__(self) -> str:
+        return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
+
     def save(self, backend: Any = None) -> GroupResult:
         return self
 
     def as_tuple(self) -> tuple[Any, ...]:
         return ((self.id, None), [r.as_tuple() for r in self.results])
-
-
-ResultSet = GroupResult
 
 
 def result_from_tuple(value: Any, app: Celery | None = None) -> AsyncResult | GroupResult:

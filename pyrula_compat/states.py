@@ -23,12 +23,43 @@ PROPAGATE_STATES = frozenset({FAILURE, REVOKED})
 
 ALL_STATES = frozenset({PENDING, RECEIVED, STARTED, SUCCESS, FAILURE, RETRY, REVOKED})
 
+PRECEDENCE = [SUCCESS, FAILURE, None, REVOKED, STARTED, RECEIVED, REJECTED, RETRY, PENDING]
+"""Celery's order of states, most advanced first; ``None`` stands for a custom state."""
+_PRECEDENCE = {name: i for i, name in enumerate(PRECEDENCE)}
+
+
+def precedence(name: str | None) -> int:
+    """Where ``name`` stands in :data:`PRECEDENCE` (a custom state where ``None`` does)."""
+    return _PRECEDENCE.get(name, _PRECEDENCE[None])
+
+
+class state(str):  # Celery's name
+    """A state name that compares by precedence: ``state(SUCCESS) > state(PENDING)``."""
+
+    def __gt__(self, other: object) -> bool:
+        return precedence(self) < precedence(_name(other))
+
+    def __ge__(self, other: object) -> bool:
+        return precedence(self) <= precedence(_name(other))
+
+    def __lt__(self, other: object) -> bool:
+        return precedence(self) > precedence(_name(other))
+
+    def __le__(self, other: object) -> bool:
+        return precedence(self) >= precedence(_name(other))
+
+
+def _name(other: object) -> str | None:
+    return other if isinstance(other, str) or other is None else str(other)
+
+
 __all__ = [
     "ALL_STATES",
     "EXCEPTION_STATES",
     "FAILURE",
     "IGNORED",
     "PENDING",
+    "PRECEDENCE",
     "PROPAGATE_STATES",
     "READY_STATES",
     "RECEIVED",
@@ -38,4 +69,6 @@ __all__ = [
     "STARTED",
     "SUCCESS",
     "UNREADY_STATES",
+    "precedence",
+    "state",
 ]

@@ -41,7 +41,8 @@ log = logging.getLogger("pyrula_compat.worker")
 
 @dataclass
 class Attempt:
-    """How one attempt ended. ``kind`` is ``ok``, ``retry``, ``error`` or ``replace``."""
+    """How one attempt ended. ``kind`` is ``ok``, ``retry``, ``error``, ``replace`` or
+    ``lost`` (the worker lost the run meanwhile: nothing is recorded)."""
 
     kind: str
     value: Any = None
@@ -70,17 +71,27 @@ def _eta_epoch(when: Any) -> float | None:
     return None
 
 
-class _TimeLimits:
-    """Raise SoftTimeLimitExceeded / TimeLimitExceeded in the body's thread at its
-    limits. Python delivers them at the next bytecode, so code blocked in C (a socket
-    read, ``time.sleep``) sees them only when it returns; nothing is killed."""
+class BodyStopped(BaseException):
+    """Raised inside a task's body when its worker lost the run (terminated, or taken
+    over by another worker): a BaseException, so that ``except Exception`` in the body
+    does not swallow it. The attempt then ends with no hook and no signal."""
+
+
+class BodyGuard:
+    """What may raise inside the body's thread while it runs: SoftTimeLimitExceeded /
+    TimeLimitExceeded at the limits, :class:`BodyStopped` when :meth:`stop_body` is
+    called. Python delivers them at the next bytecode, so code blocked in C (a socket
+    read, ``time.sleep``) sees them only when it returns; nothing is killed. Nothing is
+    raised once the body returned (:meth:`done`)."""
 
     def __init__(self, soft: float | None, hard: float | None) -> None:
         self._thread = threading.get_ident()
         self._lock = threading.Lock()
         self._done = False
+        self.stopped = False
+        """Whether :meth:`stop_body` was called before the body returned."""
         self._timers = [
-            threading.Timer(limit, self._fire, (kind,))
+            threading.Timer(limit, self._raise, (kind,))
             for limit, kind in ((soft, SoftTimeLimitExceeded), (hard, TimeLimitExceeded))
             if limit
         ]
@@ -88,20 +99,30 @@ class _TimeLimits:
             timer.daemon = True
             timer.start()
 
-    def _fire(self, kind: type[BaseException]) -> None:
+    def stop_body(self) -> None:
+        """From any thread: raise BodyStopped in the body, if it is still running."""
+        with self._lock:
+            if not self._done:
+                self.stopped = True
+        self._raise(BodyStopped)
+
+    def _raise(self, kind: type[BaseException]) -> None:
         with self._lock:
             if not self._done:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(self._thread), ctypes.py_object(kind)
                 )
 
-    def stop(self) -> None:
+    def done(self) -> None:
+        """The body returned: raise nothing more, and drop what was raised but not yet
+        delivered (idempotent)."""
         with self._lock:
+            if self._done:
+                return
             self._done = True
             for timer in self._timers:
                 timer.cancel()
-            if self._timers:  # drop one that was set but not yet delivered
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
 
 
 def _invoke(task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -146,8 +167,10 @@ def _limits(task: Task) -> tuple[float | None, float | None]:
     return soft, hard
 
 
-def run_attempt(task: Task, request: Context) -> Attempt:
-    """Run one attempt of ``task`` under ``request`` (pushed as ``task.request``)."""
+def run_attempt(task: Task, request: Context, guards: dict[str, Any] | None = None) -> Attempt:
+    """Run one attempt of ``task`` under ``request`` (pushed as ``task.request``). On a
+    worker, ``guards`` gets the body's :class:`BodyGuard` under ``"body"`` while the body
+    runs, for the worker to stop it."""
     args = tuple(request.args or ())
     kwargs = dict(request.kwargs or {})
     task_id = request.id or ""
@@ -155,19 +178,27 @@ def run_attempt(task: Task, request: Context) -> Attempt:
     stack.append(request)
     _state.push_task(task)
     outcome: Attempt
+    guard: BodyGuard | None = None
     try:
         task_prerun.send(sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs)
-        soft, hard = _limits(task)
-        guard = _TimeLimits(soft, hard) if (soft or hard) and not request.is_eager else None
+        if not request.is_eager:
+            guard = BodyGuard(*_limits(task))
+            if guards is not None:
+                guards["body"] = guard
         try:
             task.before_start(task_id, args, kwargs)
             value = _call_with_autoretry(task, args, kwargs)
         finally:
             if guard is not None:
-                guard.stop()
+                guard.done()
+        if guard is not None and guard.stopped:
+            raise BodyStopped
         if request._retry is not None:
             raise request._retry
         outcome = _succeeded(task, request, value, args, kwargs)
+    except BodyStopped:
+        log.warning("task %s[%s]: stopped, its worker lost the run", task.name, task_id)
+        outcome = Attempt("lost")
     except Retry as retry:
         outcome = _retrying(task, request, retry, args, kwargs)
     except Replaced as replaced:
@@ -188,6 +219,10 @@ def run_attempt(task: Task, request: Context) -> Attempt:
             raise
         outcome = _failed(task, request, exc, args, kwargs)
     finally:
+        if guard is not None:
+            guard.done()  # again: an exception may have landed before the first
+            if guards is not None:
+                guards.pop("body", None)
         _state.pop_task()
         if stack and stack[-1] is request:
             stack.pop()

@@ -57,6 +57,8 @@ _STRICT_JSON = json.JSONEncoder(allow_nan=False)  # built once: json.dumps build
 # -- the task workflow -------------------------------------------------------------------
 def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[str, Any]:
     out: dict[str, Any]
+    if attempt.kind == "lost":  # nobody reads it: the run is no longer this worker's
+        raise LeaseGone(f"task {name}[{step_ctx.run_id}]: the worker lost the run")
     if attempt.kind == "ok":
         value = codec.to_json(attempt.value)
         try:
@@ -121,7 +123,7 @@ def _attempt_step(
     if retries:
         step_ctx.set_progress(states.STARTED, None)  # no longer waiting to retry
     worker_signals.received(task, request)
-    outcome = _outcome_json(run_attempt(task, request), name, step_ctx)
+    outcome = _outcome_json(run_attempt(task, request, meta["_guards"]), name, step_ctx)
     rest = None if outcome.get("chain_stopped") else chain
     if outcome["kind"] == "ok" and (meta.get("link") or rest):
         try:
@@ -154,11 +156,13 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
         failed: str | None = None,
         expires_in: float | None = None,
     ) -> Any:
+        guards: dict[str, Any] = {}  # the running attempt's BodyGuard (run_attempt)
         meta = {
             "chain": chain, "link": link, "link_error": link_error, "headers": headers,
             "root_id": root_id, "parent_id": parent_id, "group_id": group_id,
             "group_index": group_index, "eta": (headers or {}).get("eta"),
             "expires": (headers or {}).get("expires"),
+            "_guards": guards,
         }  # fmt: skip
         if failed is not None:  # a chain or chord step whose predecessor failed
             exc, tb = errors.from_json(failed)
@@ -170,6 +174,9 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             raise
         except (LeaseGone, asyncio.CancelledError):
             if worker_signals.lease_lost(ctx):  # terminated, or taken over after a stall
+                body = guards.get("body")
+                if body is not None:  # still running in its thread: stop it there
+                    body.stop_body()
                 await worker_signals.revoked_if_terminated(app, name, ctx.run_id, meta)
             raise
 

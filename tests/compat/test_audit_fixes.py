@@ -192,6 +192,23 @@ def test_task_revoked_when_terminated_or_revoked_while_running(served: Served) -
     assert lines(marker) == ["start 0"]
 
 
+def test_a_terminated_task_stops_in_its_thread_with_no_success_hooks(served: Served) -> None:
+    a = audit()
+    marker = served.path("marker")
+    running = a.stoppable.delay(marker)
+    wait_until(lambda: lines(marker), T, "the task to start")
+    running.revoke(terminate=True)
+    assert wait_signal(served, "task_revoked", running.id)["terminated"] is True
+    with pytest.raises(TaskRevokedError):
+        running.get(timeout=T)
+    # The body got BodyStopped (a BaseException: its ``except Exception`` let it through)
+    # once the worker noticed: no more ticks, no "finished", no on_success.
+    time.sleep(0.3)
+    ticks = len(lines(marker))
+    time.sleep(0.5)
+    assert lines(marker) == ["tick"] * ticks
+
+
 def test_task_revoked_when_a_beat_entry_expired(served: Served) -> None:
     client = served.app.client()  # what a beat entry with expires=0 queues, due in 0.5 s
     params = {"args": [1, 2], "kwargs": {}, "expires_in": 0.0}

@@ -15,6 +15,73 @@ from pyrula_compat.worker import AppWorker
 FAST = {"claim_poll_interval": 0.05, "timer_poll_interval_s": 0.2, "schedule_poll_interval": 1.0}
 
 
+class TestWorker:
+    """The worker ``start_worker`` runs: the running ``WorkflowWorker``'s attributes, and
+    :meth:`reload` (as Celery's test worker) to serve tasks registered since it started."""
+
+    __test__ = False  # not a test class, for pytest
+
+    def __init__(self, app: Any, options: WorkerOptions, startup_timeout: float) -> None:
+        self.app = app
+        self._options = options
+        self._startup_timeout = startup_timeout
+        self._thread: threading.Thread | None = None
+        self._setup: AppWorker | None = None
+        self.worker: WorkflowWorker | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worker, name)
+
+    def start(self) -> None:
+        app = self.app
+        setup = self._setup = AppWorker(app)
+        setup.prepare()
+        url = app.store_url()
+        store = app.client().store if (url or "").startswith("memory") else open_store(url)
+        worker = self.worker = WorkflowWorker(
+            store=store, registry=app.registry, options=self._options
+        )
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def main() -> None:
+            await store.open()
+            await setup.on_start(store)
+            ready.set()
+            try:
+                await worker.run()
+            finally:
+                if store is not app.client().store:
+                    await store.close()
+
+        def target() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # handed to the caller below
+                failure.append(exc)
+                ready.set()
+
+        self._thread = threading.Thread(target=target, name="pyrula-compat-worker", daemon=True)
+        self._thread.start()
+        ready.wait(self._startup_timeout)
+        if failure:
+            raise failure[0]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._setup is not None:
+            self._setup.on_stop()
+        self.worker = self._thread = self._setup = None
+
+    def reload(self) -> None:
+        """Stop and start again, serving every task the app has now."""
+        self.stop()
+        self.start()
+
+
 @contextmanager
 def start_worker(
     app: Any,
@@ -26,45 +93,15 @@ def start_worker(
     ping_task_timeout: float = 10.0,
     shutdown_timeout: float = 10.0,
     **options: Any,
-) -> Iterator[WorkflowWorker]:
+) -> Iterator[TestWorker]:
     """Serve ``app``'s tasks on a background thread until the block ends."""
-    setup = AppWorker(app)
-    setup.prepare()
-    url = app.store_url()
-    store = app.client().store if (url or "").startswith("memory") else open_store(url)
     settings = {**FAST, "max_concurrent_runs": max(1, concurrency) * 4, **options}
-    worker = WorkflowWorker(store=store, registry=app.registry, options=WorkerOptions(**settings))
-    ready = threading.Event()
-    failure: list[BaseException] = []
-
-    async def main() -> None:
-        await store.open()
-        await setup.on_start(store)
-        ready.set()
-        try:
-            await worker.run()
-        finally:
-            if store is not app.client().store:
-                await store.close()
-
-    def target() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # handed to the caller below
-            failure.append(exc)
-            ready.set()
-
-    thread = threading.Thread(target=target, name="pyrula-compat-worker", daemon=True)
-    thread.start()
-    ready.wait(ping_task_timeout)
-    if failure:
-        raise failure[0]
+    worker = TestWorker(app, WorkerOptions(**settings), ping_task_timeout)
+    worker.start()
     try:
         yield worker
     finally:
-        worker.stop()
-        thread.join(shutdown_timeout)
-        setup.on_stop()
+        worker.stop(shutdown_timeout)
 
 
-__all__ = ["start_worker"]
+__all__ = ["TestWorker", "start_worker"]

@@ -21,6 +21,7 @@ from pyrula.workflows import RunStatus, Store, WorkflowDefinition
 from pyrula_compat import beat, signals, worker_signals
 from pyrula_compat.exceptions import ImproperlyConfigured
 from pyrula_compat.runstate import REVOKED_TASK
+from pyrula_compat.utils.log import task_logger
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
@@ -59,6 +60,7 @@ class AppWorker:
         setup_django()
         imported = app.import_default_modules()
         signals.import_modules.send(sender=app)
+        signals.celeryd_after_setup.send(sender=self.hostname, instance=self, conf=app.conf)
         app.finalize()
         app.on_after_configure.send(sender=app, source=app.conf)
         beat.schedules_of(app)  # a bad entry fails here, before serving
@@ -142,6 +144,13 @@ class AppWorker:
             sender=None, loglevel=loglevel, logfile=None, format=None, colorize=False
         )
         return True
+
+    def logging_set_up(self, loglevel: str) -> None:
+        """pyrula configured logging (no ``setup_logging`` receiver did): what Celery
+        sends then, for receivers that add handlers or formats to its loggers."""
+        options = {"loglevel": loglevel, "logfile": None, "format": None, "colorize": False}
+        signals.after_setup_logger.send(sender=None, logger=logging.getLogger(), **options)
+        signals.after_setup_task_logger.send(sender=None, logger=task_logger, **options)
 
     def describe(self) -> dict[str, Any]:
         return {"app": repr(self.app), "tasks": sorted(self.app.tasks.regular())}

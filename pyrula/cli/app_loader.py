@@ -240,6 +240,7 @@ def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
     setup = AppWorker(app, hostname=values.get("celery_hostname"))
     if not setup.setup_logging(loglevel):
         configure_logging(loglevel)
+        setup.logging_set_up(loglevel)
     try:
         setup.prepare()
         url = app.store_url()

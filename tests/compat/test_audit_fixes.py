@@ -153,6 +153,20 @@ def test_store_given_on_the_command_line_is_served_and_used_by_the_app(served: S
 
 
 # -- 6. worker-side signals --------------------------------------------------------------
+def test_the_worker_sends_celerys_start_up_signals(served: Served) -> None:
+    # Receivers connected in proj/celery.py, as projects do: logging set up by pyrula.
+    assert signals_of(served, "after_setup_logger", "start") == [
+        {"signal": "after_setup_logger", "id": "start", "logger": "root", "loglevel": "INFO"}
+    ]
+    assert signals_of(served, "after_setup_task_logger", "start") == [
+        {"signal": "after_setup_task_logger", "id": "start", "logger": "celery.task",
+         "loglevel": "INFO"}
+    ]  # fmt: skip
+    assert signals_of(served, "celeryd_after_setup", "start") == [
+        {"signal": "celeryd_after_setup", "id": "start", "timezone": "UTC"}
+    ]
+
+
 def test_task_received_is_sent_for_each_attempt(served: Served) -> None:
     a = audit()
     result = a.request_times.apply_async(kwargs={"retry_after": 0.2})

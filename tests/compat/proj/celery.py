@@ -2,13 +2,14 @@
 
 The broker comes from ``CELERY_BROKER_URL`` (the tests set it per store), as it can in
 Celery; ``PROJ_BEAT=1`` turns the beat schedule on, ``PROJ_RESULT_EXPIRES`` sets
-``result_expires`` (seconds).
+``result_expires`` (seconds); with ``AUDIT_SIGNALS=<path>`` the worker-start signals a
+project connects here (logging, ``celeryd_after_setup``) are logged to ``<path>``.
 """
 
 import os
 from datetime import timedelta
 
-from pyrula_compat import Celery
+from pyrula_compat import Celery, signals
 from pyrula_compat.schedules import crontab
 
 app = Celery("proj", broker="sqlite:///proj.db", include=["proj.tasks"])
@@ -34,3 +35,23 @@ if os.environ.get("PROJ_BEAT"):
             "args": (1, 2),
         },
     }
+
+if os.environ.get("AUDIT_SIGNALS"):
+
+    def _log_start_signal(signal, **fields):
+        import json
+
+        with open(os.environ["AUDIT_SIGNALS"], "a") as handle:
+            handle.write(json.dumps({"signal": signal, "id": "start", **fields}) + "\n")
+
+    @signals.after_setup_logger.connect
+    def on_logger(sender=None, logger=None, loglevel=None, **kwargs):
+        _log_start_signal("after_setup_logger", logger=logger.name, loglevel=loglevel)
+
+    @signals.after_setup_task_logger.connect
+    def on_task_logger(sender=None, logger=None, loglevel=None, **kwargs):
+        _log_start_signal("after_setup_task_logger", logger=logger.name, loglevel=loglevel)
+
+    @signals.celeryd_after_setup.connect
+    def on_after_setup(sender=None, instance=None, conf=None, **kwargs):
+        _log_start_signal("celeryd_after_setup", timezone=conf.timezone)

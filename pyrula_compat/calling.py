@@ -151,6 +151,9 @@ def submit(
     headers = options.get("headers")
     if eta is not None or expires_at is not None:  # Celery 5's protocol 2 headers
         headers = {**(headers or {}), **_times(eta, expires_at)}
+    hard, soft = options.get("time_limit"), options.get("soft_time_limit")
+    if hard is not None or soft is not None:  # the call's limits win over the task's
+        headers = {**(headers or {}), "timelimit": [hard, soft]}
     params = task_params(
         args, kwargs, app=app, link=link, link_error=link_error, headers=headers, extra=extra
     )

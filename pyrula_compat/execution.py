@@ -160,10 +160,17 @@ def _call_with_autoretry(task: Task, args: tuple[Any, ...], kwargs: dict[str, An
         raise task.retry(exc=exc, **retry_kwargs) from None
 
 
-def _limits(task: Task) -> tuple[float | None, float | None]:
+def limits(task: Task, request: Context) -> tuple[float | None, float | None]:
+    """The attempt's (soft, hard) time limits: the call's (``apply_async(time_limit=,
+    soft_time_limit=)``, ``request.timelimit`` = (hard, soft)), else the task's, else
+    the app's."""
     conf = task.app.conf
     soft = task.soft_time_limit if task.soft_time_limit is not None else conf.task_soft_time_limit
     hard = task.time_limit if task.time_limit is not None else conf.task_time_limit
+    if request.timelimit:
+        call_hard, call_soft = request.timelimit
+        hard = call_hard if call_hard is not None else hard
+        soft = call_soft if call_soft is not None else soft
     return soft, hard
 
 
@@ -182,7 +189,7 @@ def run_attempt(task: Task, request: Context, guards: dict[str, Any] | None = No
     try:
         task_prerun.send(sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs)
         if not request.is_eager:
-            guard = BodyGuard(*_limits(task))
+            guard = BodyGuard(*limits(task, request))
             if guards is not None:
                 guards["body"] = guard
         try:

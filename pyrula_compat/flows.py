@@ -110,7 +110,7 @@ def _attempt_step(
         root_id=meta.get("root_id") or step_ctx.run_id, parent_id=meta.get("parent_id"),
         group=meta.get("group_id"), group_index=meta.get("group_index"),
         chain=list(reversed(chain)) if chain else None, callbacks=meta.get("link"),
-        errbacks=meta.get("link_error"), headers=headers,
+        errbacks=meta.get("link_error"), headers=headers, timelimit=headers.get("timelimit"),
         periodic_task_name=headers.get("periodic_task_name"),
         replaced_task_nesting=headers.get("replaced_task_nesting", 0),
         delivery_info={"exchange": "", "routing_key": "celery", "priority": None,
@@ -196,11 +196,13 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             await ctx.step("expired", _noop)  # the cancel takes effect at this boundary
         task = app.tasks[name]
         call_args, call_kwargs = list(args or []), dict(kwargs or {})
+        call_limits = (codec.from_json(meta["headers"]) or {}).get("timelimit") or [None, None]
+        hard = call_limits[0] if call_limits[0] is not None else task.time_limit
         retries = 0
         while True:
             attempt = Step(
                 _attempt_step, name=f"attempt-{retries}", retry=ONE_ATTEMPT,
-                timeout=task.time_limit or None,
+                timeout=hard or None,
             )  # fmt: skip
             outcome = await attempt(app, name, call_args, call_kwargs, retries, meta)
             if outcome["kind"] != "retry":

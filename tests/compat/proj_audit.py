@@ -80,6 +80,20 @@ def stoppable(marker):
     return "finished"
 
 
+@app.task(name="proj_audit.spin")
+def spin(seconds):
+    """Busy for ``seconds``; ``soft`` if a soft time limit stopped it first."""
+    from pyrula_compat.exceptions import SoftTimeLimitExceeded
+
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            sum(range(1000))
+    except SoftTimeLimitExceeded:
+        return "soft"
+    return "no limit"
+
+
 _SIGNALS = os.environ.get("AUDIT_SIGNALS")
 if _SIGNALS:
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pyrula_compat import Celery, calling, chain, signature, states
-from pyrula_compat.exceptions import TaskRevokedError, TimeoutError
+from pyrula_compat.exceptions import TaskRevokedError, TimeLimitExceeded, TimeoutError
 from pyrula_compat.result import AsyncResult
 from tests.compat.conftest import Served, broker_url, lines, proj_workers, wait_until
 
@@ -221,6 +221,15 @@ def test_a_terminated_task_stops_in_its_thread_with_no_success_hooks(served: Ser
     ticks = len(lines(marker))
     time.sleep(0.5)
     assert lines(marker) == ["tick"] * ticks
+
+
+def test_time_limits_given_to_apply_async_apply_to_that_call(served: Served) -> None:
+    spin = audit().spin
+    assert spin.delay(0.1).get(timeout=T) == "no limit"
+    assert spin.apply_async((5,), soft_time_limit=0.3).get(timeout=T) == "soft"
+    with pytest.raises(TimeLimitExceeded):
+        spin.apply_async((5,), time_limit=0.3).get(timeout=T)
+    assert spin.s(5).set(soft_time_limit=0.3).delay().get(timeout=T) == "soft"
 
 
 def test_task_revoked_when_a_beat_entry_expired(served: Served) -> None:

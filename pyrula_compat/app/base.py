@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.sync import WorkflowClient
 from pyrula_compat import _state, store
+from pyrula_compat.app.annotations import annotate
 from pyrula_compat.app.control import Control
 from pyrula_compat.app.registry import (  # noqa: F401  (shared_task: Celery's path too)
     TaskRegistry,
@@ -252,6 +253,7 @@ class Celery:
 
         if isinstance(task, type):
             task = task()
+        annotate(task, self.conf.get("task_annotations"))
         self._tasks.register(task)
         rate = parse_rate(task.rate_limit or self.conf.get("task_default_rate_limit"))
         definition = flows.make_task_workflow(self, task.name, self.registry, rate)

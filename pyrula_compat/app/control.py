@@ -3,14 +3,13 @@ health checks use."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pyrula.workflows import InvalidRunState, RunNotFound, open_store
+from pyrula.workflows import InvalidRunState, RunNotFound
 from pyrula.workflows.errors import IdempotencyConflict
+from pyrula_compat.app.inspect import Inspect
 from pyrula_compat.runstate import REVOKED_TASK
 
 if TYPE_CHECKING:
@@ -74,7 +73,7 @@ class Control:
     discard_all = purge
 
     def inspect(self, destination: Any = None, timeout: float = 1.0, **kwargs: Any) -> Inspect:
-        return Inspect(self.app, timeout)
+        return Inspect(destination, timeout, app=self.app)
 
     def ping(self, destination: Any = None, timeout: float = 1.0, **kwargs: Any) -> list[Any]:
         replies = self.inspect(timeout=timeout).ping()
@@ -83,63 +82,27 @@ class Control:
     def rate_limit(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError("rate limits are set on the task (rate_limit=) in pyrula")
 
-
-class Inspect:
-    """``app.control.inspect()``: answers from the workers' heartbeats in the store."""
-
-    def __init__(self, app: Celery, timeout: float) -> None:
-        self.app = app
-        self.timeout = timeout
-
-    def _workers(self) -> list[Any]:
-        url = self.app.store_url()
-
-        async def read() -> list[Any]:
-            store = open_store(url)
-            await store.open()
-            try:
-                return await store.list_workers()
-            finally:
-                await store.close()
-
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = asyncio.run(read())
-            except BaseException as exc:
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name="pyrula-compat-inspect")
-        thread.start()
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]  # type: ignore[no-any-return]
-
-    def ping(self) -> dict[str, Any] | None:
-        workers = self._workers()
-        return {w.worker_id: {"ok": "pong"} for w in workers} or None
-
-    def stats(self) -> dict[str, Any] | None:
-        workers = self._workers()
-        return {
-            w.worker_id: {"pid": w.pid, "hostname": w.hostname, "running": w.running}
-            for w in workers
-        } or None
-
-    def registered(self) -> dict[str, Any] | None:
-        workers = self._workers()
-        return {w.worker_id: sorted(w.workflows) for w in workers} or None
-
-    registered_tasks = registered
-
-    def active(self) -> dict[str, Any] | None:
-        workers = self._workers()
-        return {w.worker_id: [] for w in workers} or None
-
-    def scheduled(self) -> dict[str, Any] | None:
-        return self.active()
-
-    reserved = scheduled
-    revoked = scheduled
+    def broadcast(
+        self,
+        command: str,
+        arguments: dict[str, Any] | None = None,
+        destination: Any = None,
+        reply: bool = False,
+        timeout: float = 1.0,
+        **kwargs: Any,
+    ) -> list[Any] | None:
+        """Celery's broadcast of a control command, for the commands pyrula has:
+        ``ping``, ``revoke`` and ``terminate`` (with Celery's arguments)."""
+        arguments = dict(arguments or {})
+        if command == "ping":
+            replies = self.ping(timeout=timeout)
+            return replies if reply else None
+        if command in ("revoke", "terminate"):
+            task_id = arguments.pop("task_id")
+            terminate = command == "terminate" or bool(arguments.pop("terminate", False))
+            self.revoke(task_id, terminate=terminate, signal=arguments.get("signal"))
+            return [] if reply else None
+        raise NotImplementedError(
+            f"control command {command!r}: pyrula workers take no broadcast commands (there "
+            "is no broker); ping, revoke and terminate work through the store"
+        )

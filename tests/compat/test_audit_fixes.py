@@ -232,6 +232,38 @@ def test_time_limits_given_to_apply_async_apply_to_that_call(served: Served) -> 
     assert spin.s(5).set(soft_time_limit=0.3).delay().get(timeout=T) == "soft"
 
 
+def test_inspect_answers_from_the_store(served: Served) -> None:
+    from pyrula_compat.app.control import Inspect
+
+    a, t = audit(), tasks()
+    gate, marker = served.path("gate"), served.path("marker")
+    running = a.gated.delay(gate, marker)
+    later = t.add.apply_async((20, 22), countdown=60)
+    wait_until(lambda: lines(marker), T, "the task to start")
+    inspect = served.app.control.inspect()
+    [(node, [request])] = [(n, rs) for n, rs in inspect.active().items() if rs]
+    assert request["id"] == running.id and request["name"] == "proj_audit.gated"
+    assert request["args"] == [gate, marker] and request["hostname"] == node
+    assert request["time_start"] is not None and request["worker_pid"] > 0
+    scheduled = inspect.scheduled()["store"]
+    [entry] = [e for e in scheduled if e["request"]["id"] == later.id]
+    assert (
+        entry["request"]["args"] == [20, 22]
+        and entry["eta"] > datetime.now(timezone.utc).isoformat()
+    )
+    assert all(tasks == [] for tasks in inspect.reserved().values())
+    found = Inspect(app=served.app).query_task(running.id, later.id)
+    assert found[node] == {running.id: ["active", request]}
+    assert found["store"][later.id][0] == "scheduled"
+    assert served.app.control.broadcast("ping", reply=True)
+    served.app.control.broadcast("revoke", arguments={"task_id": later.id})
+    assert later.state == states.REVOKED
+    Path(gate).touch()
+    assert running.get(timeout=T) == "done"
+    with pytest.raises(NotImplementedError, match="no broadcast"):
+        served.app.control.broadcast("pool_grow")
+
+
 def test_task_revoked_when_a_beat_entry_expired(served: Served) -> None:
     client = served.app.client()  # what a beat entry with expires=0 queues, due in 0.5 s
     params = {"args": [1, 2], "kwargs": {}, "expires_in": 0.0}

@@ -178,7 +178,10 @@ def submit(
     _publish(after_task_publish, name, task_id, params, options)
     if task is None and name not in app.tasks:
         _warn_if_unserved(app, name)
-    result = AsyncResult(task_id, app=app, task_name=name)
+    # The task's own result class (an AbortableTask's can abort), as Celery's result_cls.
+    result = (
+        AsyncResult(task_id, app=app, task_name=name) if task is None else task.AsyncResult(task_id)
+    )
     ignore = task.ignore_result if task is not None else None
     if options.get("ignore_result") is not None:
         ignore = options["ignore_result"]

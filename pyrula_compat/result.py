@@ -245,6 +245,19 @@ class AsyncResult(ResultBase):
 
     wait = get
 
+    def maybe_throw(self, propagate: bool = True, callback: Any = None) -> Any:
+        """Raise the task's exception if it failed or was revoked (``propagate``); else
+        its result (``callback(id, value)`` first, if given). Does not wait."""
+        record = self._record()
+        value = info_of(record)
+        if propagate and state_of(record) in states.PROPAGATE_STATES:
+            raise value
+        if callback is not None:
+            callback(self.id, value)
+        return value
+
+    maybe_reraise = maybe_throw
+
     def _parent_failure(self) -> BaseException | None:
         node = self.parent
         chain: list[AsyncResult] = []

@@ -195,7 +195,15 @@ class GroupResult(ResultSet):
         return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
 
     def save(self, backend: Any = None) -> GroupResult:
+        """Keeps nothing (see :meth:`restore`)."""
         return self
+
+    @classmethod
+    def restore(cls, id: str, backend: Any = None, app: Celery | None = None) -> GroupResult:
+        raise NotImplementedError(
+            "GroupResult.restore(): pyrula keeps no group records; keep the group's "
+            "as_tuple() and rebuild it with result_from_tuple()"
+        )
 
     def as_tuple(self) -> tuple[Any, ...]:
         return ((self.id, None), [r.as_tuple() for r in self.results])

@@ -13,6 +13,7 @@ import time
 from proj.celery import app
 
 from pyrula_compat import signals
+from pyrula_compat.contrib.abortable import AbortableTask
 from pyrula_compat.result import AsyncResult
 
 
@@ -92,6 +93,19 @@ def spin(seconds):
     except SoftTimeLimitExceeded:
         return "soft"
     return "no limit"
+
+
+@app.task(bind=True, base=AbortableTask, name="proj_audit.abortable")
+def abortable(self, marker):
+    """Ticks until aborted (at most 20 s); returns how it ended."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if self.is_aborted():
+            _append(marker, "aborted")
+            return "aborted"
+        _append(marker, "tick")
+        time.sleep(0.05)
+    return "finished"
 
 
 _SIGNALS = os.environ.get("AUDIT_SIGNALS")

@@ -264,6 +264,20 @@ def test_inspect_answers_from_the_store(served: Served) -> None:
         served.app.control.broadcast("pool_grow")
 
 
+def test_an_abortable_task_sees_its_abort_and_stops(served: Served) -> None:
+    from pyrula_compat.contrib.abortable import AbortableAsyncResult
+
+    marker = served.path("marker")
+    result = audit().abortable.delay(marker)
+    assert isinstance(result, AbortableAsyncResult)
+    wait_until(lambda: lines(marker), T, "the task to start")
+    assert not result.is_aborted()
+    AbortableAsyncResult(result.id, app=served.app).abort()
+    assert result.is_aborted()
+    wait_until(lambda: "aborted" in lines(marker), T, "the task to see its abort")
+    assert result.get(timeout=T) == "aborted"  # what it returned, as in Celery
+
+
 def test_task_revoked_when_a_beat_entry_expired(served: Served) -> None:
     client = served.app.client()  # what a beat entry with expires=0 queues, due in 0.5 s
     params = {"args": [1, 2], "kwargs": {}, "expires_in": 0.0}

@@ -90,3 +90,17 @@ def test_get_inside_a_task_needs_allow_join_result(app: Celery) -> None:
     with pytest.raises(RuntimeError, match="allow_join_result"):
         joins.delay(False).get(timeout=T)
     assert isinstance(joins.delay(True), AsyncResult)
+
+
+def test_maybe_throw_raises_a_failure_and_returns_a_value(app: Celery) -> None:
+    ok = app.tasks["rs.add"].delay(1, 2)
+    bad = app.tasks["rs.fail"].delay()
+    assert ok.get(timeout=T) == 3
+    seen: list[Any] = []
+    assert ok.maybe_throw(callback=lambda task_id, value: seen.append((task_id, value))) == 3
+    assert seen == [(ok.id, 3)]
+    with pytest.raises(ValueError):
+        bad.get(timeout=T)
+    with pytest.raises(ValueError, match="no"):
+        bad.maybe_reraise()
+    assert isinstance(bad.maybe_throw(propagate=False), ValueError)

@@ -156,3 +156,43 @@ def test_a_pool_outlives_the_loop_that_was_to_look_again() -> None:
 def _sleep_then_ident() -> int:
     time.sleep(0.3)
     return threading.get_ident()
+
+
+def test_submitted_calls_get_a_thread_each_when_the_awake_one_blocks() -> None:
+    pool = StepThreadPool(4)
+    gate = threading.Event()
+    try:
+        pool.submit(lambda: None).result(timeout=5)  # a thread, asleep again after it
+        blocker = pool.submit(gate.wait)  # wakes it: awake, between calls
+        second = pool.submit(lambda: "ran")  # no loop will look again: it needs a thread
+        assert second.result(timeout=5) == "ran"
+        gate.set()
+        assert blocker.result(timeout=5) is True
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_a_call_behind_one_left_by_a_closed_loop_still_runs() -> None:
+    pool = StepThreadPool(4)
+    first, second = threading.Event(), threading.Event()
+
+    async def queue_two_and_close() -> None:
+        loop = asyncio.get_running_loop()
+        pool.run_soon(loop, first.wait)  # a thread, which blocks
+        pool.run_soon(loop, second.wait)  # queued: this loop was to look again, and closes
+
+    async def one_more() -> str:
+        loop = asyncio.get_running_loop()
+        # A thread is woken for it, but takes the older blocking call first: this loop
+        # must look again and give it a thread of its own.
+        return await asyncio.wait_for(pool.run_soon(loop, lambda: "ran"), 5)
+
+    try:
+        asyncio.run(queue_two_and_close())
+        time.sleep(0.05)  # the first call is past STALL, blocked
+        assert asyncio.run(one_more()) == "ran"
+    finally:
+        first.set()
+        second.set()
+        pool.shutdown()

@@ -96,12 +96,16 @@ class StepThreadPool(Executor):
                 raise RuntimeError("cannot run a step after the worker's pool shut down")
             self._items.append(item)
             now = time.monotonic()
-            if loop is None:  # submit: no loop to look again later
-                soon = any(start is _BETWEEN for start in self._running.values())
+            if loop is None:  # submit: no loop to look again later, so a thread each
+                between = sum(1 for start in self._running.values() if start is _BETWEEN)
+                soon = between >= len(self._items)
             else:
                 soon = any(now - start < STALL for start in self._running.values())
             wake = None if soon else self._wake_one()
-            if soon and loop is not None and self._can_grow():
+            # Unless the thread woken takes the only queued call, the loop looks again
+            # (a watch left on a loop that closed since is replaced).
+            queued_behind = len(self._items) > (0 if wake is None else 1)
+            if loop is not None and queued_behind and self._can_grow():
                 self._watch_from(loop)
         if wake is not None:
             wake()
@@ -110,7 +114,7 @@ class StepThreadPool(Executor):
         """Under the lock: have ``loop`` look again ``STALL`` from now, unless it will
         already (a look due on another loop, one that closed since, is replaced)."""
         if self._watch is not None:
-            if self._watch[0] is loop:
+            if self._watch[0] is loop and not loop.is_closed():
                 return
             self._watch[1].cancel()
         self._watch = (loop, loop.call_later(STALL, self._look_again, loop, self._taken))
@@ -195,9 +199,11 @@ class StepThreadPool(Executor):
             dropped: list[_Submitted | _Soon] = []
             if cancel_futures:
                 dropped, self._items = list(self._items), collections.deque()
-            if self._watch is not None:
-                self._watch[1].cancel()
+            if self._watch is not None:  # on its loop's thread (a closed loop: no matter)
+                watch_loop, handle = self._watch
                 self._watch = None
+                with contextlib.suppress(RuntimeError):
+                    watch_loop.call_soon_threadsafe(handle.cancel)
         for item in dropped:
             if len(item) == 3:
                 waiter, loop = item[0], item[1]
@@ -208,7 +214,8 @@ class StepThreadPool(Executor):
             slot.wake.release()
         if wait:
             for thread in threads:
-                thread.join()
+                if thread.ident is not None:  # one not started yet exits at its start
+                    thread.join()
 
 
 def _run_soon(

@@ -177,7 +177,9 @@ def limits(task: Task, request: Context) -> tuple[float | None, float | None]:
 def run_attempt(task: Task, request: Context, guards: dict[str, Any] | None = None) -> Attempt:
     """Run one attempt of ``task`` under ``request`` (pushed as ``task.request``). On a
     worker, ``guards`` gets the body's :class:`BodyGuard` under ``"body"`` while the body
-    runs, for the worker to stop it."""
+    runs, for the worker to stop it; a ``"stop"`` the worker set there before (it lost
+    the run while the attempt was on its way to the body) stops it on entry. Each side
+    writes its key before it reads the other's, so one of them sees the other."""
     args = tuple(request.args or ())
     kwargs = dict(request.kwargs or {})
     task_id = request.id or ""
@@ -192,6 +194,8 @@ def run_attempt(task: Task, request: Context, guards: dict[str, Any] | None = No
             guard = BodyGuard(*limits(task, request))
             if guards is not None:
                 guards["body"] = guard
+                if guards.get("stop"):  # the worker lost the run before the body began
+                    raise BodyStopped
         try:
             task.before_start(task_id, args, kwargs)
             value = _call_with_autoretry(task, args, kwargs)

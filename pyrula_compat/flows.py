@@ -174,8 +174,9 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             raise
         except (LeaseGone, asyncio.CancelledError):
             if worker_signals.lease_lost(ctx):  # terminated, or taken over after a stall
+                guards["stop"] = True  # an attempt not in its body yet stops on entry
                 body = guards.get("body")
-                if body is not None:  # still running in its thread: stop it there
+                if body is not None:  # in its body, in its thread: stop it there
                     body.stop_body()
                 await worker_signals.revoked_if_terminated(app, name, ctx.run_id, meta)
             raise

@@ -249,21 +249,33 @@ class Celery:
 
     def register_task(self, task: TaskBase, **options: Any) -> TaskBase:
         """Add ``task`` to this app and serve it as the workflow of the same name."""
-        from pyrula_compat import flows
-
         if isinstance(task, type):
             task = task()
         annotate(task, self.conf.get("task_annotations"))
         self._tasks.register(task)
+        self._serve(task)
+        return task
+
+    def _serve(self, task: TaskBase) -> None:
+        """Serve ``task`` as the workflow of its name, under its rate limit."""
+        from pyrula_compat import flows
+
         rate = parse_rate(task.rate_limit or self.conf.get("task_default_rate_limit"))
         definition = flows.make_task_workflow(self, task.name, self.registry, rate)
         store.compat_registry.register(definition)
-        return task
 
     def finalize(self, auto: bool = False) -> None:
         if self.finalized:
             return
         self.finalized = True
+        # Annotations set after tasks were registered (shared tasks are, as an app is
+        # made) apply now, as Celery applies them when it finalizes.
+        setting = self.conf.get("task_annotations")
+        for task in list(self._tasks._tasks.values()) if setting else []:
+            rate = task.rate_limit
+            annotate(task, setting)
+            if task.rate_limit != rate:
+                self._serve(task)
         self.on_after_finalize.send(sender=self)
 
     def _add_builtin_tasks(self) -> None:

@@ -51,3 +51,35 @@ def test_objects_lists_and_the_first_match_wins() -> None:
     assert mul.rate_limit == "1/s"  # the object came first
     assert mul.delivery_mode == "transient"  # its annotate_any came first too
     assert mul(2, 3) == 6
+
+
+def test_annotations_set_after_a_task_is_registered_apply_when_the_app_finalizes() -> None:
+    from pyrula_compat import shared_task
+
+    @shared_task(name="anno.early")
+    def early() -> int:  # made for every app as the app is made
+        return 1
+
+    app = Celery("anno-late", broker="memory://", set_as_current=False)
+    app.conf.update(task_annotations={"*": {"rate_limit": "2/s", "max_retries": 9}})
+    task = app.tasks["anno.early"]  # finalizes the app
+    assert (task.max_retries, task.rate_limit) == (9, "2/s")
+    assert app.registry.get("anno.early").rate_limit is not None
+
+
+def test_an_attempt_the_worker_lost_before_its_body_never_runs_it() -> None:
+    from pyrula_compat.app.task import Context
+    from pyrula_compat.execution import run_attempt
+
+    app = Celery("anno-stop", broker="memory://", set_as_current=False)
+    ran: list[str] = []
+
+    @app.task(name="anno.body")
+    def body() -> str:
+        ran.append("body")
+        return "done"
+
+    request = Context(id="run-1", args=[], kwargs={}, is_eager=False, called_directly=False)
+    assert run_attempt(body, request, {"stop": True}).kind == "lost"
+    assert ran == []
+    assert run_attempt(body, request, {}).kind == "ok" and ran == ["body"]

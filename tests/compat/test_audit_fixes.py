@@ -276,6 +276,12 @@ def test_an_abortable_task_sees_its_abort_and_stops(served: Served) -> None:
     assert result.is_aborted()
     wait_until(lambda: "aborted" in lines(marker), T, "the task to see its abort")
     assert result.get(timeout=T) == "aborted"  # what it returned, as in Celery
+    # With a callback too: the task's return is its result, and the callback gets it.
+    marker = served.path("marker")
+    linked = audit().abortable.apply_async((marker,), link=tasks().echo.s())
+    wait_until(lambda: lines(marker), T, "the task to start")
+    linked.abort()
+    assert linked.get(timeout=T) == "aborted"
 
 
 def test_task_revoked_when_a_beat_entry_expired(served: Served) -> None:

@@ -30,6 +30,8 @@ class TestWorker:
         self.worker: WorkflowWorker | None = None
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "worker":  # copy/pickle: no __init__ ran
+            raise AttributeError(name)
         return getattr(self.worker, name)
 
     def start(self) -> None:
@@ -67,18 +69,23 @@ class TestWorker:
         if failure:
             raise failure[0]
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop the worker; whether its thread ended within ``timeout`` seconds (a task
+        still running keeps it: the thread is a daemon thread)."""
+        thread = self._thread
         if self.worker is not None:
             self.worker.stop()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if thread is not None:
+            thread.join(timeout)
         if self._setup is not None:
             self._setup.on_stop()
         self.worker = self._thread = self._setup = None
+        return thread is None or not thread.is_alive()
 
-    def reload(self) -> None:
+    def reload(self, timeout: float = 10.0) -> None:
         """Stop and start again, serving every task the app has now."""
-        self.stop()
+        if not self.stop(timeout):
+            raise RuntimeError(f"the test worker did not stop within {timeout} s: not reloaded")
         self.start()
 
 

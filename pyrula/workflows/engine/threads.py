@@ -12,15 +12,15 @@ asyncio future through ``call_soon_threadsafe``, without the ``concurrent.future
 **Waking threads.** Waking a sleeping thread costs the waker a system call and, on a
 busy machine, a context switch in the middle of its work, holding the GIL: measured in
 a worker running no-op Celery tasks, 20 - 30 µs of the event loop's time per step, and
-a pool of 50 threads cost that worker ~15 % more CPU per task than a pool of one. So a
-call from :meth:`run_soon` wakes a thread only when no thread will take it soon: none
-is awake, or every awake one has been in its current call for ``STALL`` or more (it is
-blocked, on I/O say). Otherwise the call waits for the awake thread, and the loop looks
-again every ``STALL`` while calls are queued: when no thread took one since its last
-look, the awake threads are stuck in their calls, and each queued call gets a thread, up
-to ``max_workers``. Short calls therefore run one after the other on one thread or two,
-and blocking ones still spread over the pool, a burst of them within about two
-``STALL``.
+a pool of 50 threads cost that worker ~15 % more CPU per task than a pool of one. So
+while calls are short (under ``SHORT`` on recent average), a call from
+:meth:`run_soon` wakes a thread only when no thread will take it soon: none is awake,
+or every awake one has been in its current call for ``STALL`` or more (blocked, on I/O
+say). Otherwise it waits for the awake thread, and the loop looks again every ``STALL``
+while calls are queued: when no thread took one since its last look, the awake threads
+are stuck in their calls, and each queued call gets a thread, up to ``max_workers``.
+Short calls therefore run one after the other on one thread or two. Longer calls, which
+mostly wait, each get a thread at once, as :meth:`submit`'s always do.
 """
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ STALL = 0.01
 """Seconds a thread may be in one call before calls queued behind it wake another: twice
 the interpreter's GIL switch interval (5 ms), since a thread that waits that long for
 the GIL (the loop's thread holding it) is not blocked."""
+
+SHORT = 0.00025
+"""Calls that take less than this, recently on average, share the awake threads (no-op
+Celery tasks take 25 - 70 µs here); longer ones (a task that sends the next of its chain
+takes 0.6 - 1.5 ms, most of it waiting on the store) get a thread each at once."""
+TYPICAL_WEIGHT = 0.25
+"""The weight of the latest call in the moving average of call times."""
 
 _BETWEEN = float("inf")
 """A running thread's start time while it is between two calls (it takes the next)."""
@@ -74,6 +81,8 @@ class StepThreadPool(Executor):
         """Awake threads: when each started its current call (_BETWEEN: none)."""
         self._taken = 0
         """Calls taken by a thread so far."""
+        self._typical = 0.0
+        """How long a call takes, recently (seconds, a moving average)."""
         self._watch: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
         """The loop's next look at calls left queued (run_soon), if one is due."""
         self._shutdown = False
@@ -96,7 +105,10 @@ class StepThreadPool(Executor):
                 raise RuntimeError("cannot run a step after the worker's pool shut down")
             self._items.append(item)
             now = time.monotonic()
-            if loop is None:  # submit: no loop to look again later, so a thread each
+            if loop is None or self._typical >= SHORT:
+                # A thread for each queued call, unless threads between calls will take
+                # them: submit() has no loop to look again later, and calls that wait on
+                # I/O are better spread at once.
                 between = sum(1 for start in self._running.values() if start is _BETWEEN)
                 soon = between >= len(self._items)
             else:
@@ -187,6 +199,8 @@ class StepThreadPool(Executor):
             # Between calls before the caller learns of the outcome, so that the caller's
             # next call finds this thread about to take it instead of waking another.
             with lock:
+                took = time.monotonic() - running[slot]
+                self._typical += (took - self._typical) * TYPICAL_WEIGHT
                 running[slot] = _BETWEEN
             if deliver is not None:
                 deliver()

@@ -196,3 +196,20 @@ def test_a_call_behind_one_left_by_a_closed_loop_still_runs() -> None:
         first.set()
         second.set()
         pool.shutdown()
+
+
+async def test_calls_that_wait_get_a_thread_each_at_once() -> None:
+    pool = StepThreadPool(8)
+    loop = asyncio.get_running_loop()
+    gate = threading.Event()
+    try:
+        for _ in range(4):  # recent calls took 2 ms each: calls that wait
+            await pool.run_soon(loop, lambda: time.sleep(0.002))
+        waiting = [pool.run_soon(loop, gate.wait) for _ in range(6)]
+        # Threads were started (or woken) as the calls were queued, not a STALL later.
+        assert len(pool._threads) >= 5
+        gate.set()
+        assert await asyncio.gather(*waiting) == [True] * 6
+    finally:
+        gate.set()
+        pool.shutdown()

@@ -35,26 +35,24 @@ _joins = threading.local()
 
 
 @contextlib.contextmanager
-def allow_join_result() -> Iterator[None]:
+def _joins_allowed(allowed: bool) -> Iterator[None]:
+    before = getattr(_joins, "allowed", False)
+    _joins.allowed = allowed
+    try:
+        yield
+    finally:
+        _joins.allowed = before
+
+
+def allow_join_result() -> contextlib.AbstractContextManager[None]:
     """Inside it, ``get()`` may wait from within a task (in this thread), as Celery's
     ``allow_join_result`` allows: the task keeps its worker slot while it waits."""
-    before = getattr(_joins, "allowed", False)
-    _joins.allowed = True
-    try:
-        yield
-    finally:
-        _joins.allowed = before
+    return _joins_allowed(True)
 
 
-@contextlib.contextmanager
-def denied_join_result() -> Iterator[None]:
+def denied_join_result() -> contextlib.AbstractContextManager[None]:
     """The opposite of :func:`allow_join_result`, for a block inside one."""
-    before = getattr(_joins, "allowed", False)
-    _joins.allowed = False
-    try:
-        yield
-    finally:
-        _joins.allowed = before
+    return _joins_allowed(False)
 
 
 class ResultBase:

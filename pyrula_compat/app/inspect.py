@@ -10,15 +10,14 @@ revoke is a state in the store: ``AsyncResult(id).state``).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyrula.workflows import RunRecord, RunStatus, Store, open_store
 from pyrula.workflows.records import WorkerInfo
+from pyrula.workflows.stores.schedule_admin import run_blocking
 from pyrula_compat import codec
 from pyrula_compat._state import get_current_app
 
@@ -52,8 +51,8 @@ class Inspect:
         self.timeout = timeout
 
     def _read(self, fn: Callable[[Store], Awaitable[T]]) -> T:
-        """``fn(store)`` on the app's store, opened for it on a thread of its own (this
-        may be called from a running event loop's thread)."""
+        """``fn(store)`` on the app's store, opened for it (on a helper thread when this
+        thread runs an event loop)."""
         url = self.app.store_url()
 
         async def read() -> T:
@@ -64,20 +63,7 @@ class Inspect:
             finally:
                 await store.close()
 
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = asyncio.run(read())
-            except BaseException as exc:
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name="pyrula-compat-inspect")
-        thread.start()
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]  # type: ignore[no-any-return]
+        return run_blocking(read)
 
     def _workers(self) -> list[WorkerInfo]:
         return self._read(lambda store: store.list_workers())

@@ -332,8 +332,8 @@ class AsyncResult(ResultBase):
         timeout: float | None = None,
     ) -> None:
         """Cancel the task durably (it never starts, or stops at its next step
-        boundary); ``terminate=True`` ends it at once, and its worker stops the body at
-        the run's next lease renewal (see ``Control.revoke``)."""
+        boundary); ``terminate=True`` ends it at once, and its worker stops the body
+        once it hears of it (see ``Control.revoke``)."""
         self.app.control.revoke(self.id, terminate=terminate, signal=signal)
         if wait:
             self._wait(None if timeout is None else time.monotonic() + timeout, 0.5)

@@ -46,7 +46,9 @@ event loop until the time itself: the event loop's wait rounds up to whole milli
 
 
 async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
-    """Heartbeat, and renew the lease of every run this worker holds (a third of the TTL).
+    """Heartbeat, and renew the lease of every run this worker holds (a third of the TTL),
+    and at once when the store has news of them (``wait_lease_news``: one was cancelled
+    or terminated), so a terminated run stops now rather than at the next renewal.
 
     The first round, as the worker starts, only registers it: a lease claimed since is
     fresh, and is renewed a third of its TTL later like any other."""
@@ -57,7 +59,12 @@ async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
         except StoreError as exc:
             log.warning("lease renewal failed: %s", exc)
         leases = True
-        await asyncio.sleep(worker.options.lease_renew_interval)
+        interval = worker.options.lease_renew_interval
+        try:
+            await worker.store.wait_lease_news(worker.worker_id, interval)
+        except StoreError as exc:  # a plain renewal still comes
+            log.debug("waiting for lease news failed: %s", exc)
+            await asyncio.sleep(interval)
 
 
 async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bool = True) -> None:

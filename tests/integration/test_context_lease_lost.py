@@ -62,15 +62,44 @@ async def started(
 
 
 async def test_a_terminate_found_by_the_steps_journal_write_is_a_lost_lease(
-    engine_store: Store, registry: Registry, start_worker: StartWorker, eventually: Eventually
+    engine_store: Store,
+    registry: Registry,
+    start_worker: StartWorker,
+    eventually: Eventually,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: list[tuple[str, bool]] = []
-    # A long lease: the step's journal write, not a renewal, finds the run gone.
+    # A long lease, and no lease news (as from another process on SQLite): the step's
+    # journal write, not a renewal, finds the run gone.
+    no_news(engine_store, monkeypatch)
     worker, handle, release = await started(engine_store, registry, start_worker, seen, lock_ttl=30)
     assert (await handle.terminate()).status is RunStatus.TERMINATED
     release.set()
     await eventually(lambda: worker.running == 0, what="the worker letting the run go")
     assert seen == [("before", False), ("LeaseGone", True)]
+
+
+async def test_a_terminate_reaches_the_worker_at_once_through_lease_news(
+    engine_store: Store, registry: Registry, start_worker: StartWorker, eventually: Eventually
+) -> None:
+    seen: list[tuple[str, bool]] = []
+    # A long lease (renewed every 10 s): the terminate's news makes the worker renew at
+    # once, which finds the run gone and cancels it while its step is still blocked.
+    worker, handle, release = await started(engine_store, registry, start_worker, seen, lock_ttl=30)
+    await handle.terminate()
+    await eventually(lambda: worker.running == 0, what="the news stopping the run", timeout=5)
+    assert seen == [("before", False), ("CancelledError", True)]
+    release.set()
+
+
+def no_news(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``store`` a store that carries no lease news (its waits just time out)."""
+
+    async def sleep_out(worker_id: str, timeout: float) -> bool:
+        await asyncio.sleep(timeout)
+        return False
+
+    monkeypatch.setattr(store, "wait_lease_news", sleep_out)
 
 
 async def test_a_terminate_found_by_lease_renewal_is_a_lost_lease(

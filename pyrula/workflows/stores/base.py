@@ -196,6 +196,15 @@ class Store(Protocol):
         are reported.
         """
 
+    async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
+        """Return True as soon as a run that ``worker_id`` holds may have been cancelled
+        or terminated (the worker then renews its leases at once, which says which);
+        False after ``timeout`` seconds without such news, or once the store closes.
+        Spurious True is allowed. ``cancel_run`` and ``terminate_run`` send the news to
+        the holder of each running run they reach (through this process, or the
+        server); a store that cannot carry it between processes (SQLite) leaves a
+        worker of another process to learn at its next renewal, as before."""
+
     async def load_journal(self, run_id: str) -> list[JournalEntry]:
         """The run's journal entries in position order."""
 

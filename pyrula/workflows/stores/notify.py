@@ -12,6 +12,8 @@ import contextlib
 import threading
 from collections import defaultdict
 
+from pyrula.workflows.records import RunRecord, RunStatus
+
 
 class Notifier:
     """Keyed wake-ups for coroutines on any event loop. Thread-safe."""
@@ -50,6 +52,14 @@ class Notifier:
             waiters.discard((asyncio.get_running_loop(), fut))
             if not waiters:
                 del self._waiters[key]
+
+    async def wait_news(self, key: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` for ``notify(key)``: whether it came (a closed notifier
+        sleeps the timeout out: False, so a caller's loop does not spin)."""
+        if self._closed:
+            await asyncio.sleep(max(0.0, timeout))
+            return False
+        return await self.wait(self.register(key), key, max(0.0, timeout))
 
     async def wait(self, fut: asyncio.Future[None], key: str, timeout: float | None) -> bool:
         """Await a registered future; True if notified, False on timeout."""
@@ -101,6 +111,18 @@ def run_key(run_id: str) -> str:
 
 def work_key(workflow: str) -> str:
     return f"work:{workflow}"
+
+
+def lease_key(worker_id: str) -> str:
+    """Notified when a run the worker holds is cancelled or terminated."""
+    return f"lease:{worker_id}"
+
+
+def news_keys(run: RunRecord) -> tuple[str, ...]:
+    """The lease-news key of ``run``'s holder, if it is running (``wait_lease_news``)."""
+    if run.status is RunStatus.RUNNING and run.worker_id:
+        return (lease_key(run.worker_id),)
+    return ()
 
 
 SCHEDULES_KEY = "schedules"

@@ -32,7 +32,7 @@ from pyrula.workflows.stores.base import RenewResult
 from pyrula.workflows.stores.memory import claims
 from pyrula.workflows.stores.memory.schedules import MemorySchedules
 from pyrula.workflows.stores.memory.state import MemoryState
-from pyrula.workflows.stores.notify import run_key, work_key
+from pyrula.workflows.stores.notify import lease_key, news_keys, run_key, work_key
 from pyrula.workflows.stores.rules import (
     backoff_range,
     check_finish_outcome,
@@ -204,7 +204,7 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
             for target in [run, *s.live_children(run_id)]:
                 if target.status is RunStatus.RUNNING:
                     s.save(replace(target, cancel_requested=True, updated_at=self._clock()))
-                    s.note(run_key(target.run_id))
+                    s.note(run_key(target.run_id), *news_keys(target))
                 else:
                     s.end(target, RunStatus.CANCELLED, cancel_requested=True)
             result = s.runs[run_id]
@@ -216,6 +216,7 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         with s.lock:
             run = s.require_live(run_id)
             for target in [run, *s.live_children(run_id)]:
+                s.note(*news_keys(target))
                 s.end(target, RunStatus.TERMINATED, lease_token=s.next_token())
             result = s.runs[run_id]
         s.flush()
@@ -267,6 +268,9 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         finally:
             for key, fut in registered:
                 notifier.unregister(key, fut)
+
+    async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
+        return await self._s.notifier.wait_news(lease_key(worker_id), timeout)
 
     async def claim_runs(
         self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float

@@ -23,7 +23,7 @@ from pyrula.workflows.records import (
     WorkerInfo,
 )
 from pyrula.workflows.stores.base import RenewResult
-from pyrula.workflows.stores.notify import run_key, work_key
+from pyrula.workflows.stores.notify import lease_key, news_keys, run_key, work_key
 from pyrula.workflows.stores.rules import backoff_range, check_finish_outcome, dead_letter_error
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 from pyrula.workflows.stores.sqlite import claims, sql, waits
@@ -184,7 +184,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             for target in [run, *t.live_descendants(run_id)]:
                 if target.status is RunStatus.RUNNING:
                     t.run("request_cancel", run_id=target.run_id, now=t.now)
-                    t.note(run_key(target.run_id))
+                    t.note(run_key(target.run_id), *news_keys(target))
                 else:
                     t.end("cancel_now", target)
             return t.require(run_id)
@@ -195,6 +195,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
         def tx(t: Tx) -> RunRecord:
             run = t.require_live(run_id)
             for target in [run, *t.live_descendants(run_id)]:
+                t.note(*news_keys(target))
                 t.end("terminate_run", target)
             return t.require(run_id)
 
@@ -227,6 +228,11 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
         return await self._write(tx)
 
     # -- queue and leases ------------------------------------------------------------
+    async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
+        # This process's cancels and terminates only: another process's reach the
+        # worker at its next renewal (SQLite has no cross-process push).
+        return await self._db.notifier.wait_news(lease_key(worker_id), timeout)
+
     async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
         names = list(dict.fromkeys(workflows))
         if not names:

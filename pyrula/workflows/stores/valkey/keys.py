@@ -34,6 +34,8 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
 
     ns:{ns:meta}:m    hash  "shards" -> shard_count, "w:<workflow>" -> its shard_count
     ns:{ns:meta}:wk   hash  worker id -> heartbeat
+    ns:{ns:meta}:n:<worker> list  lease news: pushed when a run the worker holds is
+                      cancelled or terminated (``wait_lease_news`` blocks on it)
     ns:{ns:w:<wf>}:d  zset  hint: shard -> when it next has work of <wf>  (:v versions,
                       cluster only; :wake list idle claimers block on)
                       single node only: :r list, the ready list; :i list, in flight
@@ -171,6 +173,9 @@ class Keys:
     @property
     def workers(self) -> str:
         return self._tag("meta") + "wk"
+
+    def lease_news(self, worker_id: str) -> str:
+        return self._tag("meta") + "n:" + worker_id
 
     @property
     def workers_seq(self) -> str:

@@ -1,0 +1,49 @@
+"""Conformance: lease news (``wait_lease_news``). A cancel or a terminate of a running run
+wakes its holder's wait at once, so the worker renews (and learns of it) without waiting
+for its next renewal; nothing else does."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pyrula.workflows.stores.base import Store
+
+from .helpers import TTL, create
+
+WAIT = 10.0  # far longer than the test may take: it must end early
+
+
+async def test_a_terminate_wakes_the_holder_at_once(store: Store) -> None:
+    run_id = await create(store)
+    [lease] = await store.claim_runs("w1", ["wf"], 1, TTL)
+    other = asyncio.ensure_future(store.wait_lease_news("w2", WAIT))
+    holder = asyncio.ensure_future(store.wait_lease_news("w1", WAIT))
+    await asyncio.sleep(0.05)  # both waiting
+    started = time.monotonic()
+    await store.terminate_run(lease.run_id)
+    assert await asyncio.wait_for(holder, 5) is True
+    assert time.monotonic() - started < 5
+    assert not other.done()  # another worker's wait goes on
+    other.cancel()
+    renewed = await store.renew_leases("w1", [(run_id, lease.token)], TTL)
+    assert list(renewed.lost) == [run_id]  # what the renewal it prompts finds
+
+
+async def test_a_cancel_of_a_running_run_wakes_the_holder(store: Store) -> None:
+    run_id = await create(store)
+    [lease] = await store.claim_runs("w1", ["wf"], 1, TTL)
+    holder = asyncio.ensure_future(store.wait_lease_news("w1", WAIT))
+    await asyncio.sleep(0.05)
+    await store.cancel_run(run_id)
+    assert await asyncio.wait_for(holder, 5) is True
+    renewed = await store.renew_leases("w1", [(run_id, lease.token)], TTL)
+    assert list(renewed.cancel_requested) == [run_id]
+
+
+async def test_without_news_the_wait_times_out(store: Store) -> None:
+    queued = await create(store)
+    await store.terminate_run(queued)  # not running: nobody to tell
+    started = time.monotonic()
+    assert await store.wait_lease_news("w1", 0.3) is False
+    assert time.monotonic() - started >= 0.25

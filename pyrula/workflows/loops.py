@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pyrula.workflows.worker")
 
+NEWS_GAP_MIN = 0.05
+"""Seconds between two renewals that lease news prompted, at least (a burst of cancels
+of one worker's runs costs a renewal per 50 ms, not one each)."""
 SCHEDULE_BATCH = 100
 PURGE_BATCH = 500
 """Most ended runs one ``purge_runs`` call deletes."""
@@ -53,18 +56,22 @@ async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
     The first round, as the worker starts, only registers it: a lease claimed since is
     fresh, and is renewed a third of its TTL later like any other."""
     leases = False
+    loop = asyncio.get_running_loop()
     while True:
         try:
             await renew_once(worker, workflows, leases=leases)
         except StoreError as exc:
             log.warning("lease renewal failed: %s", exc)
         leases = True
-        interval = worker.options.lease_renew_interval
+        due = loop.time() + worker.options.lease_renew_interval
         try:
-            await worker.store.wait_lease_news(worker.worker_id, interval)
-        except StoreError as exc:  # a plain renewal still comes
+            news = await worker.store.wait_lease_news(worker.worker_id, due - loop.time())
+        except StoreError as exc:  # the renewal still comes on time
             log.debug("waiting for lease news failed: %s", exc)
-            await asyncio.sleep(interval)
+            news = False
+        # No news before the interval (a wait that failed, or a closed store's): sleep
+        # out the rest. News: renew now, but not more than NEWS_GAP_MIN apart.
+        await asyncio.sleep(NEWS_GAP_MIN if news else max(0.0, due - loop.time()))
 
 
 async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bool = True) -> None:

@@ -9,7 +9,7 @@ import time
 
 from pyrula.workflows.stores.base import Store
 
-from .helpers import TTL, create
+from .helpers import PARAMS, TTL, create, new_run
 
 WAIT = 10.0  # far longer than the test may take: it must end early
 
@@ -47,3 +47,36 @@ async def test_without_news_the_wait_times_out(store: Store) -> None:
     started = time.monotonic()
     assert await store.wait_lease_news("w1", 0.3) is False
     assert time.monotonic() - started >= 0.25
+
+
+async def test_news_waits_for_a_worker_that_was_not_waiting(store: Store) -> None:
+    await create(store)
+    [lease] = await store.claim_runs("w1", ["wf"], 1, TTL)
+    await store.terminate_run(lease.run_id)  # while the worker renews, say
+    started = time.monotonic()
+    assert await store.wait_lease_news("w1", WAIT) is True
+    assert time.monotonic() - started < 5
+    # Taken: the next wait has nothing (a renewal answered it).
+    assert await store.wait_lease_news("w1", 0.3) is False
+
+
+async def test_the_holder_of_a_running_child_hears_of_its_parents_terminate(
+    store: Store,
+) -> None:
+    parent = await create(store)
+    [held] = await store.claim_runs("w1", ["wf"], 1, TTL)
+    assert held.run_id == parent
+    child, _ = await store.create_run(
+        new_run("kid", PARAMS, run_id=f"{parent}.1", parent_run_id=parent)
+    )
+    [kid] = await store.claim_runs("w2", ["kid"], 1, TTL)
+    assert kid.run_id == child.run_id
+    holder = asyncio.ensure_future(store.wait_lease_news("w2", WAIT))
+    await asyncio.sleep(0.05)
+    await store.terminate_run(parent)  # the tree: the child too
+    assert await asyncio.wait_for(holder, 5) is True
+
+
+async def test_a_closed_store_has_no_news(store: Store) -> None:
+    await store.close()
+    assert await store.wait_lease_news("w1", 0.2) is False

@@ -252,3 +252,40 @@ async def test_seed_example_worker_with_a_stored_schedule(make_store: MakeStore)
     assert fired[0] == "24h"
     assert store.schedule_update(created.schedule_id, enabled=False).enabled is False
     assert store.schedule_delete(created.schedule_id)
+
+
+async def test_a_terminate_stops_the_run_at_once_whatever_the_lease(
+    make_store: MakeStore, topology: str, registry: Registry, start_worker: StartWorker
+) -> None:
+    store = await make_store(topology, shard_count=4)
+    entered, stopped = asyncio.Event(), asyncio.Event()
+
+    async def forever() -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    @workflow(registry=registry, name="stuck")
+    async def stuck(ctx: WorkflowContext) -> None:
+        await ctx.step("forever", forever)
+
+    # A 30 s lease is renewed every 10 s: the terminate's lease news (pushed through the
+    # server by another store object, as from another process) makes it renew now.
+    worker = await start_worker(store, [stuck], lock_ttl=30)
+    other = await make_store(topology, shard_count=4, namespace=store.namespace)
+    handle = await WorkflowClient(store, registry=registry).submit("stuck")
+    await asyncio.wait_for(entered.wait(), 10)
+    await WorkflowClient(other, registry=registry).handle("stuck", handle.run_id).terminate()
+    await asyncio.wait_for(stopped.wait(), 5)  # not 10 s: the next plain renewal
+    assert await _ended(worker)
+
+
+async def _ended(worker: WorkflowWorker) -> bool:
+    for _ in range(50):
+        if worker.running == 0:
+            return True
+        await asyncio.sleep(0.05)
+    return False

@@ -24,6 +24,8 @@ class Notifier:
             defaultdict(set)
         )
         self._closed = False
+        self._kept: set[str] = set()
+        """News keys notified while nobody waited (``wait_news``)."""
 
     @property
     def closed(self) -> bool:
@@ -54,11 +56,17 @@ class Notifier:
                 del self._waiters[key]
 
     async def wait_news(self, key: str, timeout: float) -> bool:
-        """Wait up to ``timeout`` for ``notify(key)``: whether it came (a closed notifier
-        sleeps the timeout out: False, so a caller's loop does not spin)."""
+        """Wait up to ``timeout`` for ``notify(key)`` of a news key (``lease_key``):
+        whether it came. News notified while nobody waited is kept for the next wait (the
+        worker was renewing meanwhile). A closed notifier sleeps the timeout out and says
+        False, so a caller's loop does not spin."""
         if self._closed:
             await asyncio.sleep(max(0.0, timeout))
             return False
+        with self._lock:
+            if key in self._kept:
+                self._kept.discard(key)
+                return True
         return await self.wait(self.register(key), key, max(0.0, timeout))
 
     async def wait(self, fut: asyncio.Future[None], key: str, timeout: float | None) -> bool:
@@ -72,9 +80,15 @@ class Notifier:
             self.unregister(key, fut)
 
     def notify(self, *keys: str) -> None:
-        """Wake every waiter on any of ``keys``."""
+        """Wake every waiter on any of ``keys``; a news key nobody waits on is kept."""
+        targets: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         with self._lock:
-            targets = [w for key in keys for w in self._waiters.pop(key, ())]
+            for key in keys:
+                waiters = self._waiters.pop(key, ())
+                if waiters:
+                    targets.extend(waiters)
+                elif key.startswith(NEWS_PREFIX):
+                    self._kept.add(key)
         for loop, fut in targets:
             _resolve(loop, fut)
 
@@ -113,9 +127,12 @@ def work_key(workflow: str) -> str:
     return f"work:{workflow}"
 
 
+NEWS_PREFIX = "lease:"
+
+
 def lease_key(worker_id: str) -> str:
     """Notified when a run the worker holds is cancelled or terminated."""
-    return f"lease:{worker_id}"
+    return NEWS_PREFIX + worker_id
 
 
 def news_keys(run: RunRecord) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyrula.workflows.errors import ConfigurationError, InvalidRunState, RunNotFound
+from pyrula.workflows.errors import ConfigurationError, InvalidRunState, RunNotFound, StoreError
 from pyrula.workflows.records import Lease, RunRecord
 from pyrula.workflows.stores.flow import CLAIM_SHARE, Bucket
 from pyrula.workflows.stores.notify import Notifier
@@ -27,6 +27,9 @@ from pyrula.workflows.stores.valkey.connection import Call, Server
 from pyrula.workflows.stores.valkey.keys import Keys
 
 log = logging.getLogger(__name__)
+
+NEWS_TTL = 300
+"""Seconds a worker's lease news waits for it (a worker that is gone never reads it)."""
 
 
 def flat_text(value: Any) -> Any:
@@ -133,9 +136,12 @@ class ValkeyCore:
         """Apply a call's follow-ups in order; idempotency keys to release go together, in
         one round trip per node at the end (a purge of 500 keyed runs: one, not 500)."""
         releases: list[Call] = []
+        news: set[str] = set()
         for i in range(0, len(flat), 4):
             kind, a, b, c = flat[i : i + 4]
-            if kind == "flow_release":
+            if kind == "news":  # a worker whose run was cancelled or terminated
+                news.add(a)
+            elif kind == "flow_release":
                 await self._flow_release(a, b, c)
             elif kind == "child_ended":
                 await self._run_call("child_ended", a, a, b)
@@ -159,6 +165,18 @@ class ValkeyCore:
         for result in await self._server.call_many(releases):
             if isinstance(result, BaseException):
                 raise result
+        for worker_id in sorted(news):
+            await self._tell(worker_id)
+
+    async def _tell(self, worker_id: str) -> None:
+        """Lease news for ``worker_id`` (``wait_lease_news``): the change is made, so a
+        failure here only leaves the worker to learn at its next renewal."""
+        key = self._keys.lease_news(worker_id)
+        try:
+            await self._server.command("LPUSH", key, "1")
+            await self._server.command("EXPIRE", key, str(NEWS_TTL))
+        except StoreError as exc:
+            log.warning("could not tell worker %s of a cancel or terminate: %s", worker_id, exc)
 
     # -- flow control ------------------------------------------------------------------
     async def _flow_release(self, workflow: str, owner: str, run_id: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
 from typing import Any
 
 from pyrula.workflows.errors import (
@@ -38,12 +38,6 @@ def nondeterminism(run_id: str, position: int, packed: str, entry: JournalEntry)
         f"run {run_id!r} already recorded {kind} {name!r} at position {position}, "
         f"not {entry.kind} {entry.name!r}"
     )
-
-
-log = logging.getLogger("pyrula.workflows.stores.valkey")
-
-NEWS_TTL = 300
-"""Seconds a worker's lease news waits for it (a worker that is gone never reads it)."""
 
 
 class RunOps(ValkeyCore):
@@ -301,31 +295,14 @@ class RunOps(ValkeyCore):
 
     # -- control -----------------------------------------------------------------------
     async def cancel_run(self, run_id: str) -> RunRecord:
-        return await self._with_news(
-            to_run(run_id, flat_text(await self._run_call("cancel", run_id, run_id)))
-        )
+        return to_run(run_id, flat_text(await self._run_call("cancel", run_id, run_id)))
 
     async def terminate_run(self, run_id: str) -> RunRecord:
-        return await self._with_news(
-            to_run(run_id, flat_text(await self._run_call("terminate", run_id, run_id)))
-        )
-
-    async def _with_news(self, record: RunRecord) -> RunRecord:
-        """Tell the worker that holds (or last held) the run: its ``wait_lease_news``
-        returns and it renews at once (a cluster's children on other shards, and the
-        worker of a run that was not running, learn at their next renewal, or not at
-        all: nothing to learn)."""
-        if record.worker_id:
-            key = self._keys.lease_news(record.worker_id)
-            try:
-                await self._server.command("LPUSH", key, "1")
-                await self._server.command("EXPIRE", key, str(NEWS_TTL))
-            except StoreError as exc:  # the change is made: the news is a shortcut
-                log.warning("could not tell worker %s of run %s: %s", record.worker_id,
-                            record.run_id, exc)  # fmt: skip
-        return record
+        return to_run(run_id, flat_text(await self._run_call("terminate", run_id, run_id)))
 
     async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
+        """``BLPOP`` on the worker's news list, which a cancel or terminate of a run it
+        holds pushes (``_tell``, through the Lua's ``news`` follow-ups), in slices."""
         if timeout <= 0 or self._notifier.closed:
             return False
         await self._ensure_open()
@@ -339,7 +316,8 @@ class RunOps(ValkeyCore):
                     return False
                 block = f"{max(0.01, min(left, self.block_slice)):.3f}"
                 if await self._block(closed, "BLPOP", key, block):
-                    await self._server.command("DEL", key)  # one renewal answers them all
+                    with contextlib.suppress(StoreError):  # one renewal answers all
+                        await self._server.command("DEL", key)
                     return True
             return False
         finally:

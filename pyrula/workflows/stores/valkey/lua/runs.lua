@@ -138,6 +138,7 @@ register('cancel', function(keys, argv)
     t = load_run(c, t.id)
     if t.st == 'running' then
       set_fields(c, t, {cr = '1', ua = fmt(c.now)})
+      if t.wk then follow(c, 'news', t.wk) end  -- its worker renews at once
     elseif not TERMINAL[t.st] then
       end_run(c, t, 'cancelled', {cr = '1'})
     end
@@ -153,6 +154,7 @@ register('terminate', function(keys, argv)
   for _, t in ipairs(out.runs) do
     t = load_run(c, t.id)
     if not TERMINAL[t.st] then
+      if t.st == 'running' and t.wk then follow(c, 'news', t.wk) end
       -- A new token (see start_lease), so no lease still held matches it.
       end_run(c, t, 'terminated', {tk = fence_token(t)})
     end

@@ -33,7 +33,7 @@ class Control:
         """Cancel the tasks durably: a queued or waiting one never runs, a running one
         stops at its next step boundary. ``terminate=True`` ends it at once: its result
         is discarded, and its worker raises ``BodyStopped`` in the body's thread once it hears
-        of it (lease news: at once on Valkey; else at its next lease renewal). A finished
+        of it (lease news: at once). A finished
         id is left as it is. An id no task has yet is remembered, as Celery's workers
         remember revoked ids, but in the store: a revoked run is left under it, so the
         task sent later with that id is discarded (it never runs; it reads REVOKED)."""

@@ -5,9 +5,13 @@ for its next renewal; nothing else does."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.sqlite import SqliteStore
 
 from .helpers import PARAMS, TTL, create, new_run
 
@@ -80,3 +84,37 @@ async def test_the_holder_of_a_running_child_hears_of_its_parents_terminate(
 async def test_a_closed_store_has_no_news(store: Store) -> None:
     await store.close()
     assert await store.wait_lease_news("w1", 0.2) is False
+
+
+async def test_sqlite_news_from_another_process(tmp_path: Path) -> None:
+    """SQLite: a terminate made by another process reaches the holder through its
+    ``lease_news`` row, found when ``data_version`` moves (no shared notifier)."""
+    path = tmp_path / "news.db"
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        run_id = await create(store)
+        [lease] = await store.claim_runs("w1", ["wf"], 1, TTL)
+        holder = asyncio.ensure_future(store.wait_lease_news("w1", WAIT))
+        await asyncio.sleep(0.1)
+        script = (
+            "import asyncio, sys\n"
+            "from pyrula.workflows.stores.sqlite import SqliteStore\n"
+            "async def main():\n"
+            "    store = SqliteStore(sys.argv[1])\n"
+            "    await store.open()\n"
+            "    await store.terminate_run(sys.argv[2])\n"
+            "    await store.close()\n"
+            "asyncio.run(main())\n"
+        )
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(path), lease.run_id], timeout=60, check=False
+        )
+        assert done.returncode == 0
+        assert await asyncio.wait_for(holder, 5) is True
+        assert time.monotonic() - started < 5
+        assert await store.wait_lease_news("w1", 0.3) is False  # the row was taken
+        assert (await store.get_run(run_id)).status.value == "terminated"  # type: ignore[union-attr]
+    finally:
+        await store.close()

@@ -201,9 +201,8 @@ class Store(Protocol):
         or terminated (the worker then renews its leases at once, which says which);
         False after ``timeout`` seconds without such news, or once the store closes.
         Spurious True is allowed. ``cancel_run`` and ``terminate_run`` send the news to
-        the holder of each running run they reach (through this process, or the
-        server); a store that cannot carry it between processes (SQLite) leaves a
-        worker of another process to learn at its next renewal, as before."""
+        the holder of each running run they reach, from any process (MemoryStore has
+        one); news sent while the worker was not waiting is kept for its next wait."""
 
     async def load_journal(self, run_id: str) -> list[JournalEntry]:
         """The run's journal entries in position order."""

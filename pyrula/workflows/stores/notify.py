@@ -63,11 +63,17 @@ class Notifier:
         if self._closed:
             await asyncio.sleep(max(0.0, timeout))
             return False
+        if self.kept(key):
+            return True
+        return await self.wait(self.register(key), key, max(0.0, timeout))
+
+    def kept(self, key: str) -> bool:
+        """Take the news kept for ``key`` (notified while nobody waited): whether any."""
         with self._lock:
             if key in self._kept:
                 self._kept.discard(key)
                 return True
-        return await self.wait(self.register(key), key, max(0.0, timeout))
+            return False
 
     async def wait(self, fut: asyncio.Future[None], key: str, timeout: float | None) -> bool:
         """Await a registered future; True if notified, False on timeout."""

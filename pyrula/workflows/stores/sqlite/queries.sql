@@ -26,6 +26,16 @@ PRAGMA journal_mode = WAL;
 -- name: set_synchronous
 PRAGMA synchronous = NORMAL;
 
+-- name: lease_news_set
+INSERT INTO lease_news (worker_id, at) VALUES (:worker_id, :at)
+ON CONFLICT (worker_id) DO UPDATE SET at = excluded.at;
+
+-- name: lease_news_get
+SELECT 1 FROM lease_news WHERE worker_id = :worker_id;
+
+-- name: lease_news_take
+DELETE FROM lease_news WHERE worker_id = :worker_id;
+
 -- name: owners_of_runs
 -- Migrating a version 1 file: record the owners of its runs, so claims find them.
 INSERT OR IGNORE INTO owners (workflow, owner) SELECT workflow, owner FROM runs;

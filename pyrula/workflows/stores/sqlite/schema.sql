@@ -156,3 +156,10 @@ CREATE TABLE IF NOT EXISTS workers (
     last_seen  REAL    NOT NULL,
     running    INTEGER NOT NULL
 );
+
+-- Lease news for workers in other processes: a cancel or terminate of a running run
+-- sets its holder's row, which the holder's wait_lease_news (polling data_version) takes.
+CREATE TABLE IF NOT EXISTS lease_news (
+    worker_id TEXT PRIMARY KEY,
+    at        REAL NOT NULL
+);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -33,6 +34,19 @@ from pyrula.workflows.stores.sqlite.sql import many, one, to_entry, to_run
 from pyrula.workflows.stores.sqlite.tx import Tx
 
 T = TypeVar("T")
+
+
+NEWS_POLL = 0.25
+"""Seconds between two reads of ``data_version`` while waiting for lease news."""
+
+
+def tell(t: Tx, run: RunRecord) -> None:
+    """Lease news for ``run``'s holder, if it is running: at once through the notifier
+    (this process), and in its ``lease_news`` row (every process)."""
+    keys = news_keys(run)
+    if keys:
+        t.note(*keys)
+        t.run("lease_news_set", worker_id=run.worker_id, at=t.now)
 
 
 class SqliteStore(SqliteSchedules, ScheduleAdmin):
@@ -184,7 +198,8 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             for target in [run, *t.live_descendants(run_id)]:
                 if target.status is RunStatus.RUNNING:
                     t.run("request_cancel", run_id=target.run_id, now=t.now)
-                    t.note(run_key(target.run_id), *news_keys(target))
+                    t.note(run_key(target.run_id))
+                    tell(t, target)
                 else:
                     t.end("cancel_now", target)
             return t.require(run_id)
@@ -195,7 +210,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
         def tx(t: Tx) -> RunRecord:
             run = t.require_live(run_id)
             for target in [run, *t.live_descendants(run_id)]:
-                t.note(*news_keys(target))
+                tell(t, target)
                 t.end("terminate_run", target)
             return t.require(run_id)
 
@@ -229,9 +244,50 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
 
     # -- queue and leases ------------------------------------------------------------
     async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
-        # This process's cancels and terminates only: another process's reach the
-        # worker at its next renewal (SQLite has no cross-process push).
-        return await self._db.notifier.wait_news(lease_key(worker_id), timeout)
+        """This process's news through the notifier, at once; another process's through
+        the worker's ``lease_news`` row, looked for whenever ``data_version`` moved
+        (read every ``NEWS_POLL``)."""
+        notifier, key = self._db.notifier, lease_key(worker_id)
+        deadline = time.monotonic() + max(0.0, timeout)
+        if notifier.closed or self._db.closed:
+            await asyncio.sleep(max(0.0, timeout))
+            return False
+        fut = notifier.register(key)
+        try:
+            seen = await self._db.poll_version()
+            while seen is not None:
+                if fut.done() or notifier.kept(key):
+                    await self._take_news(worker_id)  # the row it set is answered too
+                    return True
+                if await self._take_news(worker_id):
+                    return True
+                while await self._db.nap([fut], deadline, NEWS_POLL):
+                    version = await self._db.poll_version()
+                    if version != seen:
+                        seen = version
+                        break
+                else:
+                    if not fut.done():
+                        return False  # the deadline, or the store closed
+            return False
+        finally:
+            notifier.unregister(key, fut)
+
+    async def _take_news(self, worker_id: str) -> bool:
+        """Whether the worker's ``lease_news`` row was there (it is deleted): a read,
+        and a write only when there is news."""
+
+        def read(conn: sqlite3.Connection) -> bool:
+            return one(conn, "lease_news_get", worker_id=worker_id) is not None
+
+        if not await self._db.call(read):
+            return False
+
+        def take(t: Tx) -> None:
+            t.run("lease_news_take", worker_id=worker_id)
+
+        await self._write(take)
+        return True
 
     async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
         names = list(dict.fromkeys(workflows))

@@ -476,7 +476,11 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
         await self._write(tx)
 
     async def remove_worker(self, worker_id: str) -> None:
-        await self._write(lambda t: t.run("delete_worker", worker_id=worker_id))
+        def tx(t: Tx) -> None:
+            t.run("delete_worker", worker_id=worker_id)
+            t.run("lease_news_take", worker_id=worker_id)  # news nobody will read
+
+        await self._write(tx)
 
     async def list_workers(self) -> list[WorkerInfo]:
         rows = await self._db.call(lambda conn: many(conn, "list_workers"))

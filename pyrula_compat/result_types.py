@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyrula_compat import states
+from pyrula.workflows import InvalidRunState, RunNotFound
+from pyrula.workflows.errors import IdempotencyConflict
+from pyrula_compat import codec, states
+from pyrula_compat._state import get_current_app
 from pyrula_compat.result import AsyncResult, ResultBase
+from pyrula_compat.runstate import SAVED_GROUP, saved_group_id
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
@@ -195,15 +200,41 @@ class GroupResult(ResultSet):
         return f"<GroupResult: {self.id} [{', '.join(r.id for r in self.results)}]>"
 
     def save(self, backend: Any = None) -> GroupResult:
-        """Keeps nothing (see :meth:`restore`)."""
-        return self
+        """Keep the group's results in the store under its id, for :meth:`restore` in
+        any process (until ``result_expires``, as a result). Saving again replaces them."""
+        client = self._client()
+        key = saved_group_id(self.id or "")
+        params = {"group": codec.to_json(self.as_tuple())}
+        for _ in range(3):
+            try:
+                created = client.submit(SAVED_GROUP, params, run_id=key, idempotency_key=key)
+            except (IdempotencyConflict, InvalidRunState):
+                with contextlib.suppress(RunNotFound, InvalidRunState):
+                    client.handle(SAVED_GROUP, key).forget()  # replaced, as Celery's
+                continue
+            with contextlib.suppress(InvalidRunState):  # nothing runs it
+                created.cancel()
+            return self
+        raise InvalidRunState(f"GroupResult {self.id}: could not save it, retry")
+
+    def delete(self, backend: Any = None) -> None:
+        """Forget what :meth:`save` kept."""
+        with contextlib.suppress(RunNotFound, InvalidRunState):
+            self._client().handle(SAVED_GROUP, saved_group_id(self.id or "")).forget()
 
     @classmethod
-    def restore(cls, id: str, backend: Any = None, app: Celery | None = None) -> GroupResult:
-        raise NotImplementedError(
-            "GroupResult.restore(): pyrula keeps no group records; keep the group's "
-            "as_tuple() and rebuild it with result_from_tuple()"
-        )
+    def restore(cls, id: str, backend: Any = None, app: Celery | None = None) -> GroupResult | None:
+        """The group :meth:`save` kept under ``id`` (None if none was, or it expired)."""
+        app = app if app is not None else get_current_app()
+        record = app.client().get_run(saved_group_id(id))
+        if record is None or record.workflow != SAVED_GROUP:
+            return None
+        restored = result_from_tuple(codec.from_json(json.loads(record.params)["group"]), app)
+        return restored if isinstance(restored, GroupResult) else None
+
+    def _client(self) -> Any:
+        app = self._app if self._app is not None else get_current_app()
+        return app.client()
 
     def as_tuple(self) -> tuple[Any, ...]:
         return ((self.id, None), [r.as_tuple() for r in self.results])

@@ -18,6 +18,16 @@ from pyrula_compat import codec, errors, states
 from pyrula_compat.exceptions import TaskRevokedError
 
 EXPIRED_ERROR = "RunExpired"
+SAVED_GROUP = "celery.group"
+"""The name of the run ``GroupResult.save()`` leaves (cancelled at once: it only holds
+the group's results, until ``result_expires`` purges it as any result)."""
+
+
+def saved_group_id(group_id: str) -> str:
+    """The run id ``GroupResult.save()`` keeps a group's results under."""
+    return f"{group_id}:group"
+
+
 REVOKED_TASK = "celery.revoked"
 """The name of the revoked run ``app.control.revoke`` leaves under an id no run has yet,
 so that the task sent later with that id never runs (it reads REVOKED)."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pyrula.workflows import RunStatus, Store, WorkflowDefinition
 from pyrula_compat import beat, signals, worker_signals
 from pyrula_compat.exceptions import ImproperlyConfigured
-from pyrula_compat.runstate import REVOKED_TASK
+from pyrula_compat.runstate import REVOKED_TASK, SAVED_GROUP
 from pyrula_compat.utils.log import task_logger
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class AppWorker:
         also as ``task_unknown``)."""
         worker_signals.consumer = self
         await beat.sync_schedules(self.app, store)
-        known = {d.name for d in self.definitions} | {REVOKED_TASK}
+        known = {d.name for d in self.definitions} | {REVOKED_TASK, SAVED_GROUP}
         queued = await store.list_runs(status=RunStatus.QUEUED, limit=1000)
         unknown = [r for r in queued if r.workflow not in known]
         for name, count in sorted(Counter(r.workflow for r in unknown).items()):

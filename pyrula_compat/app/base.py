@@ -365,11 +365,14 @@ class Celery:
 
         return AsyncResult(task_id, app=self, **kwargs)
 
-    def GroupResult(self, *args: Any, **kwargs: Any) -> Any:
-        from pyrula_compat.result import GroupResult
-
-        kwargs["app"] = self
-        return GroupResult(*args, **kwargs)
+    @property
+    def GroupResult(self) -> Any:
+        """``GroupResult`` bound to this app, as Celery's: ``app.GroupResult(id, results)``
+        and ``app.GroupResult.restore(id)``."""
+        bound = self.__dict__.get("_group_result")
+        if bound is None:
+            bound = self.__dict__["_group_result"] = _bound_group_result(self)
+        return bound
 
     def signature(self, *args: Any, **kwargs: Any) -> Any:
         from pyrula_compat.canvas import signature
@@ -412,3 +415,21 @@ class Celery:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _bound_group_result(bound_app: Celery) -> type:
+    from pyrula_compat.result import GroupResult
+
+    class AppGroupResult(GroupResult):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("app", bound_app)
+            super().__init__(*args, **kwargs)
+
+        @classmethod
+        def restore(
+            cls, id: str, backend: Any = None, app: Celery | None = None
+        ) -> GroupResult | None:
+            return GroupResult.restore(id, backend, app if app is not None else bound_app)
+
+    AppGroupResult.__name__ = AppGroupResult.__qualname__ = "GroupResult"
+    return AppGroupResult

@@ -104,3 +104,26 @@ def test_maybe_throw_raises_a_failure_and_returns_a_value(app: Celery) -> None:
     with pytest.raises(ValueError, match="no"):
         bad.maybe_reraise()
     assert isinstance(bad.maybe_throw(propagate=False), ValueError)
+
+
+def test_a_saved_group_is_restored_by_id(app: Celery) -> None:
+    from pyrula_compat import group
+
+    add = app.tasks["rs.add"]
+    saved = group(add.s(i, i) for i in range(4)).apply_async()
+    saved.save()
+    restored = GroupResult.restore(saved.id, app=app)
+    assert isinstance(restored, GroupResult) and restored.id == saved.id
+    assert [r.id for r in restored] == [r.id for r in saved]
+    assert restored.get(timeout=T) == [0, 2, 4, 6] and restored.completed_count() == 4
+    bound = app.GroupResult.restore(saved.id)  # the app's own class, as in Celery
+    assert bound is not None and [r.id for r in bound] == [r.id for r in saved]
+    assert isinstance(app.GroupResult("g", []), GroupResult)
+    # Saved again with other members: replaced.
+    other = app.GroupResult(saved.id, [add.delay(5, 5)])
+    other.save()
+    again = GroupResult.restore(saved.id, app=app)
+    assert again is not None and again.get(timeout=T) == [10]
+    other.delete()
+    assert GroupResult.restore(saved.id, app=app) is None
+    assert GroupResult.restore("never-saved", app=app) is None

@@ -88,6 +88,8 @@ class BodyGuard:
         self._thread = threading.get_ident()
         self._lock = threading.Lock()
         self._done = False
+        self._raised = False
+        """Whether an exception was set for the thread (done() must drop it if pending)."""
         self.stopped = False
         """Whether :meth:`stop_body` was called before the body returned."""
         self._timers = [
@@ -109,6 +111,7 @@ class BodyGuard:
     def _raise(self, kind: type[BaseException]) -> None:
         with self._lock:
             if not self._done:
+                self._raised = True
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(self._thread), ctypes.py_object(kind)
                 )
@@ -122,7 +125,8 @@ class BodyGuard:
             self._done = True
             for timer in self._timers:
                 timer.cancel()
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
+            if self._raised:  # nothing was raised on most attempts: no call then
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
 
 
 def _invoke(task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -101,9 +101,7 @@ def _attempt_step(
 ) -> dict[str, Any]:
     task = app.tasks[name]
     chain = meta.get("chain")
-    headers = {
-        k: v for k, v in (codec.from_json(meta.get("headers")) or {}).items() if k not in TIMES
-    }
+    headers = {k: v for k, v in meta["_headers"].items() if k not in TIMES}
     request = Context(
         id=step_ctx.run_id, args=codec.from_json(args), kwargs=codec.from_json(kwargs),
         retries=retries, is_eager=False, called_directly=False, hostname=HOSTNAME,
@@ -163,6 +161,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             "group_index": group_index, "eta": (headers or {}).get("eta"),
             "expires": (headers or {}).get("expires"),
             "_guards": guards,
+            "_headers": codec.from_json(headers) or {},  # decoded once for every attempt
         }  # fmt: skip
         if failed is not None:  # a chain or chord step whose predecessor failed
             exc, tb = errors.from_json(failed)
@@ -197,7 +196,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             await ctx.step("expired", _noop)  # the cancel takes effect at this boundary
         task = app.tasks[name]
         call_args, call_kwargs = list(args or []), dict(kwargs or {})
-        call_limits = (codec.from_json(meta["headers"]) or {}).get("timelimit") or [None, None]
+        call_limits = meta["_headers"].get("timelimit") or [None, None]
         hard = call_limits[0] if call_limits[0] is not None else task.time_limit
         retries = 0
         while True:

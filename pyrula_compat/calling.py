@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord
 from pyrula.workflows.errors import IdempotencyConflict, InvalidRunState
-from pyrula_compat import _state, codec
+from pyrula_compat import _state, codec, trail
 from pyrula_compat.result import AsyncResult, served
 from pyrula_compat.runstate import REVOKED_TASK
 from pyrula_compat.signals import after_task_publish, before_task_publish
@@ -171,6 +171,9 @@ def submit(
         record = client.get_run(task_id)
         if record is not None and record.workflow == REVOKED_TASK:
             log.info("task %s[%s] was revoked before it was sent: discarded", name, task_id)
+            from pyrula_compat import notices
+
+            notices.send(client, name, task_id, json.loads(json.dumps(params)))
         elif (key is not None and isinstance(exc, InvalidRunState)) or not _same_submission(
             record, name, params
         ):
@@ -188,6 +191,7 @@ def submit(
     if ignore is None:
         ignore = bool(app.conf.task_ignore_result)
     result.ignored = bool(ignore)
+    trail.add(result, options.get("add_to_parent", True))  # the sender's children
     return result
 
 

@@ -4,14 +4,17 @@ No worker, no store: the body runs here under the same attempt code a worker use
 hooks, signals and autoretry behave the same. Retries loop at once (countdowns are
 ignored, as in Celery), arguments go through the JSON round trip (tuples become
 lists), and a failure is captured in the :class:`EagerResult` unless ``throw`` or
-``task_eager_propagates`` asks for it to be raised.
+``task_eager_propagates`` asks for it to be raised. With ``task_store_eager_result``
+the outcome is also recorded in the store under the task id (:mod:`pyrula_compat.recorded`).
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from pyrula.workflows import InvalidRunState
 from pyrula_compat import codec, states
 from pyrula_compat.app.task import Context
 from pyrula_compat.execution import run_attempt
@@ -21,6 +24,7 @@ from pyrula_compat.utils import uuid
 if TYPE_CHECKING:
     from pyrula_compat.app.task import Task
 
+log = logging.getLogger("pyrula_compat")
 MAX_EAGER_RETRIES = 10_000
 """A task retrying forever in eager mode stops here (Celery loops without end)."""
 
@@ -62,12 +66,14 @@ def apply(
             call_kwargs = dict(attempt.kwargs)
         retries += 1
     if attempt.kind == "ok":
+        _store(task, task_id, call_args, call_kwargs, states.SUCCESS, attempt.value)
         for sig in _sigs(link, app):
             sig.apply_async((attempt.value,))
         return EagerResult(task_id, attempt.value, states.SUCCESS, name=task.name, app=app)
     exc = attempt.exc
     assert exc is not None
     traceback = attempt.einfo.traceback if attempt.einfo is not None else None
+    _store(task, task_id, call_args, call_kwargs, states.FAILURE, exc, traceback)
     for sig in _sigs(link_error, app):
         from pyrula_compat.flows import _arity
 
@@ -88,3 +94,29 @@ def _sigs(value: Any, app: Any) -> list[Any]:
         return []
     items = value if isinstance(value, (list, tuple)) else [value]
     return [s for s in (maybe_signature(i, app=app) for i in items) if s is not None]
+
+
+def _store(
+    task: Task,
+    task_id: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    state: str,
+    value: Any,
+    traceback: str | None = None,
+) -> None:
+    """``task_store_eager_result``: keep the outcome in the store as the run ``task_id``
+    (unless the task ignores results), for ``AsyncResult(id)`` in any process."""
+    conf = task.app.conf
+    if not conf.task_store_eager_result:
+        return
+    ignore = task.ignore_result if task.ignore_result is not None else conf.task_ignore_result
+    if ignore:
+        return
+    from pyrula_compat import recorded
+
+    outcome = recorded.outcome_json(state, value, traceback)
+    try:
+        recorded.record(task.app, task_id, task.name, outcome, args, kwargs, replace=True)
+    except InvalidRunState as exc:  # a queued or running task has this id: it records it
+        log.warning("task %s[%s]: eager result not stored: %s", task.name, task_id, exc)

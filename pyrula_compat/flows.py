@@ -37,7 +37,7 @@ from pyrula.workflows import (
 )
 from pyrula.workflows.engine.control import CancelRequested, LeaseGone
 from pyrula.workflows.registry import Registry
-from pyrula_compat import codec, errors, replace, states, worker_signals
+from pyrula_compat import codec, errors, replace, states, trail, worker_signals
 from pyrula_compat.app.task import Context
 from pyrula_compat.calling import TIMES, eta_datetime
 from pyrula_compat.canvas import GENERATED_ID
@@ -123,6 +123,12 @@ def _attempt_step(
     worker_signals.received(task, request)
     outcome = _outcome_json(run_attempt(task, request, meta["_guards"]), name, step_ctx)
     rest = None if outcome.get("chain_stopped") else chain
+    succeeded = outcome["kind"] == "ok"
+    children = trail.outcome_children(
+        request, meta.get("link") if succeeded else None, rest if succeeded else None
+    )
+    if children:  # AsyncResult.children: what it sent, as Celery stores with the result
+        outcome["children"] = children
     if outcome["kind"] == "ok" and (meta.get("link") or rest):
         try:
             _after_success(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from pyrula_compat import trail
 from pyrula_compat.canvas import (
     CHAIN,
     CHORD,
@@ -114,9 +115,11 @@ class _chain(_Tasks):
         data = attach(_chain_json(steps), link, link_error)["kwargs"]["tasks"]
         from pyrula_compat import flows
 
-        flows.submit_signature(
-            app, data[0], list(args or ()), dict(kwargs or {}), chain=data[1:], options=merged
-        )
+        with trail.suppressed():
+            flows.submit_signature(
+                app, data[0], list(args or ()), dict(kwargs or {}), chain=data[1:], options=merged
+            )
+        trail.add(results[0], merged.get("add_to_parent", True))
         return results[-1]
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
@@ -230,7 +233,9 @@ class group(_Tasks):
         from pyrula_compat import flows
 
         data = attach(self.as_json(), link, link_error)
-        flows.submit_signature(app, data, list(args or ()), dict(kwargs or {}), options=merged)
+        with trail.suppressed():
+            flows.submit_signature(app, data, list(args or ()), dict(kwargs or {}), options=merged)
+        trail.add(result, merged.get("add_to_parent", True))
         return result
 
     def apply(  # type: ignore[override]
@@ -329,7 +334,9 @@ class chord(Signature):
         from pyrula_compat import flows
 
         # countdown/eta hold back the whole chord (the header first, as in Celery 5.6)
-        flows.submit_signature(app, data, list(args or ()), kwargs, options=merged)
+        with trail.suppressed():
+            flows.submit_signature(app, data, list(args or ()), kwargs, options=merged)
+        trail.add(result.parent, merged.get("add_to_parent", True))  # the header, as Celery
         return result
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:

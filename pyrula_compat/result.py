@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -23,9 +24,9 @@ from pyrula.workflows import (
     RunStatus,
 )
 from pyrula.workflows.serialization import ErrorInfo
-from pyrula_compat import codec, states, store
+from pyrula_compat import codec, recorded, states, store, trail
 from pyrula_compat._state import get_current_app, get_current_worker_task
-from pyrula_compat.exceptions import TimeoutError
+from pyrula_compat.exceptions import IncompleteStream, TimeoutError
 from pyrula_compat.runstate import REVOKED_TASK, decode, info_of, state_of
 
 if TYPE_CHECKING:
@@ -74,9 +75,11 @@ class AsyncResult(ResultBase):
     ) -> None:
         self.id = str(id)
         self.task_id = self.id
-        self.backend = backend
         self.task_name = task_name
+        if app is None and backend is not None:  # AsyncResult(id, backend=app.backend)
+            app = getattr(backend, "app", None)
         self._app = app
+        self._backend = backend
         self.parent = parent
         self._creator: AsyncResult | None = parent
         """A run that creates this one before it ends (a chain's previous task)."""
@@ -87,6 +90,15 @@ class AsyncResult(ResultBase):
     @property
     def app(self) -> Celery:
         return self._app if self._app is not None else get_current_app()
+
+    @property
+    def backend(self) -> Any:
+        """The app's result backend (:class:`~pyrula_compat.backend.Backend`): the store."""
+        return self._backend if self._backend is not None else self.app.backend
+
+    @backend.setter
+    def backend(self, value: Any) -> None:
+        self._backend = value
 
     def _handle(self) -> Any:
         return self.app.client().handle(self.task_name or "", self.id)
@@ -153,7 +165,7 @@ class AsyncResult(ResultBase):
         record = self._record()
         if record is None or record.workflow == REVOKED_TASK:  # revoked before it was sent
             return self.task_name
-        return record.workflow
+        return recorded.task_name(record.workflow) or record.workflow
 
     def _params(self) -> dict[str, Any]:
         record = self._record()
@@ -179,7 +191,33 @@ class AsyncResult(ResultBase):
 
     queue = None
     retries = None
-    children: list[Any] | None = None
+
+    @property
+    def children(self) -> list[Any] | None:
+        """The results of the tasks it sent while it ran (its body's ``delay``s and
+        groups, its ``link`` callbacks, its chain's next step), once it has ended, as
+        Celery stores them with the result; None before that."""
+        if not self._is_terminal():
+            return None
+        return trail.children_of(self.app, self.id)
+
+    def iterdeps(self, intermediate: bool = False) -> Iterator[tuple[Any, Any]]:
+        """``(parent, node)`` over this result and its children, breadth first; a node
+        not ready raises IncompleteStream unless ``intermediate``."""
+        queue: deque[tuple[Any, Any]] = deque([(None, self)])
+        while queue:
+            parent, node = queue.popleft()
+            yield parent, node
+            if node.ready():
+                queue.extend((node, child) for child in node.children or ())
+            elif not intermediate:
+                raise IncompleteStream()
+
+    def collect(self, intermediate: bool = False, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+        """``(result, value)`` for this result and, recursively, its children (Celery's
+        ``collect``: ``get(**kwargs)`` of each, in breadth-first order)."""
+        for _, node in self.iterdeps(intermediate=intermediate):
+            yield node, node.get(**kwargs)
 
     def ready(self) -> bool:
         return self.state in states.READY_STATES
@@ -345,7 +383,13 @@ class AsyncResult(ResultBase):
             self._handle().forget()
 
     def then(self, callback: Any, on_error: Any = None, weak: bool = False) -> None:
-        raise NotImplementedError("AsyncResult.then: use link= on the call instead")
+        """Not supported: Celery's promise fires while its result consumer drains
+        events (in ``get()``, or a gevent/eventlet loop). Use ``link=``/``link_error=``
+        (durable, run on a worker) or ``get()`` in a thread of your own."""
+        raise NotImplementedError(
+            "AsyncResult.then: pass link= (or link_error=) when calling the task instead: "
+            "the callback then runs on a worker, durably"
+        )
 
     def as_tuple(self) -> tuple[Any, ...]:
         parent = self.parent

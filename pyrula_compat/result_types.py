@@ -58,6 +58,10 @@ class EagerResult(AsyncResult):
     def exists(self) -> bool:
         return True
 
+    @property
+    def children(self) -> list[Any] | None:
+        return None  # as Celery's: an eager task's meta has none
+
     def get(  # type: ignore[override]
         self, timeout: float | None = None, propagate: bool = True, **kwargs: Any
     ) -> Any:

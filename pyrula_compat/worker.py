@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunStatus, Store, WorkflowDefinition
-from pyrula_compat import beat, signals, worker_signals
+from pyrula_compat import beat, recorded, signals, worker_signals
 from pyrula_compat.exceptions import ImproperlyConfigured
 from pyrula_compat.runstate import REVOKED_TASK, SAVED_GROUP
 from pyrula_compat.utils.log import task_logger
@@ -115,7 +115,11 @@ class AppWorker:
         await beat.sync_schedules(self.app, store)
         known = {d.name for d in self.definitions} | {REVOKED_TASK, SAVED_GROUP}
         queued = await store.list_runs(status=RunStatus.QUEUED, limit=1000)
-        unknown = [r for r in queued if r.workflow not in known]
+        unknown = [
+            r
+            for r in queued
+            if r.workflow not in known and not r.workflow.startswith(recorded.PREFIX)
+        ]
         for name, count in sorted(Counter(r.workflow for r in unknown).items()):
             log.warning(
                 "%d queued run(s) of unregistered task %r wait for a worker that knows it "

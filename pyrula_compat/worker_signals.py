@@ -8,8 +8,9 @@
 * ``task_revoked(sender=task, request=Context, terminated, signum, expired)``: the
   worker running the task noticed it was revoked (at a step boundary), terminated (its
   lease taken away) or, for a beat entry's ``expires``, that it started too late. A task
-  revoked or expired while queued, or revoked while it waits to retry, ends in the store
-  without reaching a worker, so no worker sends it then.
+  revoked while queued, delayed or waiting to retry gets it from the worker that claims
+  its notice (:mod:`pyrula_compat.notices`); one that expired while queued ends in the
+  store without reaching a worker, so no worker sends it then.
 * ``task_unknown(sender=consumer, name, id, message=None, exc=NotRegistered)``: a worker
   found a queued task of a name it does not serve (it stays queued, never discarded).
 
@@ -76,15 +77,18 @@ def revoked(
     *,
     terminated: bool = False,
     expired: bool = False,
+    args: Any = None,
+    kwargs: Any = None,
 ) -> None:
-    """``task_revoked`` for the task ``name`` this worker was running."""
+    """``task_revoked`` for the task ``name`` this worker was running (or would have
+    run: :mod:`pyrula_compat.notices`)."""
     task = app.tasks.get(name)
     if task is None or not task_revoked.has_listeners(task):
         return
     request = Context(
         id=run_id, task=name, root_id=meta.get("root_id") or run_id,
         parent_id=meta.get("parent_id"), eta=meta.get("eta"), expires=meta.get("expires"),
-        called_directly=False,
+        called_directly=False, args=args, kwargs=kwargs,
     )  # fmt: skip
     task_revoked.send(
         sender=task, request=request, terminated=terminated, signum=None, expired=expired

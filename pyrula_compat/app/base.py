@@ -106,6 +106,9 @@ class Celery:
 
         for definition in canvas_flows.make_canvas_workflows(self, self.registry):
             store.compat_registry.register(definition)
+        from pyrula_compat import notices
+
+        notices.make_notice_workflow(self, self.registry)  # task_revoked of queued tasks
         self._add_builtin_tasks()
         _state.register_app(self)
         if set_as_current:
@@ -359,6 +362,16 @@ class Celery:
             self, name, args, kwargs, task_id=task_id, link=link, link_error=link_error,
             options={k: v for k, v in options.items() if v is not None},
         )  # fmt: skip
+
+    @property
+    def backend(self) -> Any:
+        """The result backend (:class:`~pyrula_compat.backend.Backend`): the store."""
+        from pyrula_compat.backend import Backend
+
+        backend = self.__dict__.get("_backend")
+        if backend is None:
+            backend = self.__dict__["_backend"] = Backend(self)
+        return backend
 
     def AsyncResult(self, task_id: str, **kwargs: Any) -> Any:
         from pyrula_compat.result import AsyncResult

@@ -7,8 +7,9 @@ import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pyrula.workflows import InvalidRunState, RunNotFound
+from pyrula.workflows import InvalidRunState, RunNotFound, RunStatus
 from pyrula.workflows.errors import IdempotencyConflict
+from pyrula_compat import notices
 from pyrula_compat.app.inspect import Inspect
 from pyrula_compat.runstate import REVOKED_TASK
 
@@ -47,9 +48,13 @@ class Control:
         for _ in range(3):  # an unknown id: the tombstone, unless the task is sent meanwhile
             try:
                 if terminate:
-                    handle.terminate()
+                    before = client.get_run(run_id)
+                    record = handle.terminate()
+                    if before is not None and before.status is RunStatus.RUNNING:
+                        return  # its worker sends task_revoked(terminated=True)
                 else:
-                    handle.cancel()
+                    record = handle.cancel()  # still running: its worker notices it
+                notices.after_revoke(client, record)  # no worker held it: a notice
                 return
             except InvalidRunState:  # already ended
                 return

@@ -57,6 +57,7 @@ class Context:
     shadow: str | None = None
     stamps: Any = None
     replaced_task_nesting: int = 0
+    children: Any = None
     periodic_task_name: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -124,6 +125,11 @@ class Task:
     @app.setter
     def app(self, value: Celery) -> None:
         self._app = value
+
+    @property
+    def backend(self) -> Any:
+        """The app's result backend (the store): ``self.backend.store_result(...)``."""
+        return self.app.backend
 
     def bind(self, app: Celery) -> Task:
         self._app = app
@@ -360,6 +366,14 @@ class Task:
         from pyrula_compat import codec
 
         step.set_progress(state or states.PENDING, codec.to_json(meta))
+
+    def add_trail(self, result: Any) -> Any:
+        """Add ``result`` to this running task's ``children`` (Celery's ``add_trail``;
+        tasks sent from the body are added already)."""
+        from pyrula_compat import trail
+
+        trail.add(result)
+        return result
 
     def send_event(self, type_: str, retry: bool = True, **fields: Any) -> None:
         """Celery's task events feed Flower; pyrula has no event stream (no effect)."""

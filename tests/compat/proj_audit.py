@@ -140,6 +140,7 @@ if _SIGNALS:
                     "terminated": terminated,
                     "signum": signum,
                     "expired": expired,
+                    **({"args": list(request.args)} if request.args is not None else {}),
                 }
             ),
         )

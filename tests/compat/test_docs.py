@@ -31,8 +31,9 @@ from tests.compat.conftest import (
 )
 
 EAGER = {1, 2, 3, 4, 5, 6, 14, 27}
-# 26 flips task_always_eager on while a worker serves the app: the next call runs here.
-WORKER = {9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 22, 23, 24, 25, 26, 29, 30, 32}
+# 26 and 35 flip task_always_eager on while a worker serves the app: the next call runs
+# here (35 also keeps its result in the worker's store).
+WORKER = {9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 22, 23, 24, 25, 26, 29, 30, 32, 33, 34, 35}
 SHELL = {7, 8, 31}
 BEAT, DJANGO, NO_CODE = {docs.BEAT}, {28}, {21}
 MODES = EAGER | WORKER | SHELL | BEAT | DJANGO | NO_CODE
@@ -56,7 +57,12 @@ def run_here(number: int) -> None:
     _, statements = docs.snippets()[number].parts()
     previous_app = _state.get_current_app()
     previous_env = {k: v for k, v in os.environ.items() if k.startswith("CELERY_")}
-    previous_conf = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    conf = app.conf
+    previous_conf = (
+        conf.task_always_eager,
+        conf.task_eager_propagates,
+        conf.task_store_eager_result,
+    )
     _state.set_current_app(app)
     previous_handler = signal.signal(signal.SIGALRM, _too_long)
     signal.alarm(T * 2)  # a snippet that waits in a loop fails instead of hanging
@@ -69,7 +75,8 @@ def run_here(number: int) -> None:
         for key in [k for k in os.environ if k.startswith("CELERY_")]:
             del os.environ[key]
         os.environ.update(previous_env)
-        app.conf.task_always_eager, app.conf.task_eager_propagates = previous_conf
+        conf.task_always_eager, conf.task_eager_propagates = previous_conf[:2]
+        conf.task_store_eager_result = previous_conf[2]
 
 
 @pytest.fixture(scope="module")

@@ -232,3 +232,25 @@ def wait_gate_id(self, gate, marker):
 def total(lists):
     """The sum of a list of lists (what ``chunks`` gives)."""
     return sum(sum(part) for part in lists)
+
+
+@app.task(bind=True)
+def fan_out(self, n, kind="tasks"):
+    """Sends work from its body (its ``children``): ``n`` adds, a group of them, a slow
+    task, or an add not added to its children and a result added by hand; then stores
+    its progress with ``backend.store_result`` and returns ``n``."""
+    from pyrula_compat import group
+
+    if kind == "tasks":
+        for i in range(n):
+            add.delay(i, i)
+    elif kind == "group":
+        group(add.s(i, i) for i in range(n)).delay()
+    elif kind == "slow":
+        slow.delay(n)
+    elif kind == "trail":  # not added; then one added by hand
+        add.apply_async((n, n), add_to_parent=False)
+        self.add_trail(self.AsyncResult(f"{self.request.id}-manual"))
+    self.backend.store_result(self.request.id, {"sent": n}, "PROGRESS")
+    assert self.AsyncResult(self.request.id).info == {"sent": n}
+    return n

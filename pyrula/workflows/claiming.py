@@ -32,6 +32,13 @@ When the store signalled work and the claim found none, the work was not due yet
 delayed run submitted elsewhere, say) or another worker took it: the loop hints the timer
 loop (``timers_hint``), which recomputes its next wake-up so that a delayed run starts on
 time rather than at the next poll.
+
+Every claim also takes runs that become due within ``CLAIM_AHEAD`` (``Store.claim_runs``'s
+``ahead``), and the timer loop wakes the claim loop that much before a delayed run's time:
+the claim's round trip, which on an idle machine takes several times its usual time, is
+then over before the run's time, and the worker starts the run at its time
+(:meth:`ClaimLoop.hold`, on the store's clock as :class:`StoreClock` follows it), not a
+round trip after it.
 """
 
 from __future__ import annotations
@@ -39,10 +46,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyrula.workflows.errors import StoreError
+from pyrula.workflows.loops import CLAIM_AHEAD, sleep_until
 from pyrula.workflows.records import Lease
 from pyrula.workflows.registry import WorkflowDefinition
 
@@ -56,6 +65,37 @@ HOT_WINDOW = 1.0
 """Seconds a workflow stays in targeted claims after it last yielded a run."""
 EARLY_RETURN = 0.9
 """A store wait that returned before this share of its timeout was a wake-up, not a poll."""
+
+
+CLOCK_SLACK = 0.001
+"""Seconds per second by which ``StoreClock``'s bound loosens with age: more than two
+clocks drift apart, so an old bound never makes a run start early."""
+
+
+class StoreClock:
+    """When a store time comes on this process's event loop clock, never too early.
+
+    A claim reads the store's clock (its leases expire ``lease_ttl`` after it) somewhere
+    between the call and its reply, so the store's clock less the loop's, read at the
+    reply, is a lower bound of their true offset; the greatest bound of recent claims
+    (loosened by ``CLOCK_SLACK`` per second of age) is the estimate. The local time it
+    gives for a store time is at or after the true one, by about the shortest recent
+    claim's time from its store read to its reply.
+    """
+
+    def __init__(self) -> None:
+        self._offset = -math.inf
+        self._noted = 0.0
+
+    def note(self, store_time: float, replied: float) -> None:
+        """A claim that read ``store_time`` replied at ``replied`` (loop time)."""
+        aged = self._offset - CLOCK_SLACK * (replied - self._noted)
+        self._offset, self._noted = max(store_time - replied, aged), replied
+
+    def local(self, store_time: float) -> float:
+        """The loop time at which the store's clock reads ``store_time`` (or later)."""
+        now = asyncio.get_running_loop().time()
+        return store_time - self._offset + CLOCK_SLACK * (now - self._noted)
 
 
 class Why(enum.Enum):
@@ -132,11 +172,33 @@ class ClaimLoop:
         self._work_started = self._work_ended = 0.0
         self._signalled: Sequence[str] | None = None
         """The workflows the store's last early wake-up named (None: it could not tell)."""
+        self.clock = StoreClock()
+        self._round_waiters: list[asyncio.Future[None]] = []
+        """Resolved when the current or next claim round ends (``round_done``)."""
 
     def wake(self) -> None:
         """Claim now: at once if idle, else as soon as the current claim returns."""
         self._woken = True
         _resolve(self._wake)
+
+    async def hold(self, lease: Lease) -> None:
+        """Return at the lease's run's ``available_at``: at once, unless the claim took it
+        ahead of its time (at most ``CLAIM_AHEAD`` ahead)."""
+        hold = lease.run.available_at - (lease.expires_at - self.worker.options.lock_ttl)
+        if hold > 0:
+            start = self.clock.local(lease.run.available_at)
+            await sleep_until(min(start, self.loop.time() + CLAIM_AHEAD))
+
+    def round_done(self) -> asyncio.Future[None]:
+        """A future resolved when the claim round under way, or else the next, ends."""
+        waiter = self.loop.create_future()
+        self._round_waiters.append(waiter)
+        return waiter
+
+    def _end_round(self) -> None:
+        waiters, self._round_waiters = self._round_waiters, []
+        for waiter in waiters:
+            _resolve(waiter)
 
     async def run(self) -> None:
         worker = self.worker
@@ -157,6 +219,7 @@ class ClaimLoop:
                 try:
                     claimed = await self._claim_round(why, free)
                 except Exception as exc:  # the loop must outlive any failure
+                    self._end_round()
                     if isinstance(exc, StoreError):
                         log.warning("claim failed: %s; retrying in %.1fs", exc, backoff)
                     else:
@@ -165,6 +228,7 @@ class ClaimLoop:
                     backoff = min(backoff * 2, STORE_ERROR_BACKOFF_MAX)
                     why = Why.POLL
                     continue
+                self._end_round()
                 backoff = self.poll
                 if claimed >= free:
                     why = Why.SLOT
@@ -176,6 +240,7 @@ class ClaimLoop:
                     worker.timers_hint.set()
                 why = await self._idle()
         finally:
+            self._end_round()
             work, self._work = self._work, None
             if work is not None:
                 work.cancel()
@@ -200,10 +265,10 @@ class ClaimLoop:
 
     async def _claim(self, order: list[str], limit: int) -> int:
         worker = self.worker
-        leases = await worker.store.claim_runs(
-            worker.worker_id, order, limit, worker.options.lock_ttl
-        )
+        ttl = worker.options.lock_ttl
+        leases = await worker.store.claim_runs(worker.worker_id, order, limit, ttl, CLAIM_AHEAD)
         if leases:
+            self.clock.note(leases[0].expires_at - ttl, self.loop.time())
             self.plan.note(leases, self.loop.time())
             for lease in leases:
                 worker._start(self.definitions[lease.run.workflow], lease)

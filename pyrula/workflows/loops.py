@@ -46,6 +46,11 @@ TIMER_SPIN = 0.001
 """Seconds. The timer loop's sleep ends this long before a due time and it yields to the
 event loop until the time itself: the event loop's wait rounds up to whole milliseconds
 (epoll), which would otherwise start a due run up to 1 ms late (0.5 ms on average)."""
+CLAIM_AHEAD = 0.005
+"""Seconds. Claims take runs due this soon too (``Store.claim_runs``'s ``ahead``), and the
+timer loop wakes the claim loop this long before a delayed run's time: the claim's round
+trip (several times its usual time on a machine that was idle) is over by then, and the
+worker starts the run at its time (``ClaimLoop.hold``)."""
 
 
 async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
@@ -184,9 +189,12 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
     loop = asyncio.get_running_loop()
     tick = True  # fire timers; False: only recompute the next wake-up (after a hint)
     deadline = None
+    target: float | None = None  # the due time (store clock) the deadline is for
+    handed = -math.inf  # the last due time the claim loop was woken for
     gap = TIMER_HINT_GAP
     while True:
         delay = options.timer_poll_interval_s
+        due_next: float | None = None
         asked = loop.time()
         try:
             # Ask for the next due time BEFORE firing: next_due_at counts only times after
@@ -201,22 +209,41 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
                 if fired >= options.timer_max_batch:
                     continue
             if due is not None:
-                delay = min(delay, max(0.0, due - await worker.store.now()))
+                # CLAIM_AHEAD early (claims take runs due that soon); once more at the
+                # time itself if a claim woken for it left it queued (all slots taken).
+                lead = CLAIM_AHEAD if due > handed else 0.0
+                until = max(0.0, due - lead - await worker.store.now())
+                if until < delay:
+                    delay, due_next = until, due
         except StoreError as exc:
             log.warning("timer scan failed: %s", exc)
         # A look after a hint only moves the wake-up earlier: a time it did not return
         # may have passed during the call, and that one still needs its tick.
         later = loop.time() + delay
-        if tick or deadline is None:
-            deadline = later
+        if tick or deadline is None or later < deadline:
+            if not (tick or deadline is None):
+                gap = TIMER_HINT_GAP
+            deadline, target = later, due_next
         else:
-            gap = TIMER_HINT_GAP if later < deadline else min(2 * gap, TIMER_HINT_GAP_MAX)
-            deadline = min(deadline, later)
+            gap = min(2 * gap, TIMER_HINT_GAP_MAX)
         why = await _until_due_or_changed(worker, deadline, asked, gap)
         if why is _Why.DUE:
+            if target is not None:
+                handed = target
             worker.wake_claimers()
-            await asyncio.sleep(0)  # the claim goes out before this loop's next look
+            # The next look comes after that claim, which takes the run it was for.
+            await worker.claim_round_done(CLAIM_AHEAD)
         tick = why is not _Why.HINT
+
+
+async def sleep_until(deadline: float) -> None:
+    """Sleep until ``deadline`` (loop time), on time: the event loop's own wait rounds up
+    to whole milliseconds, so its last ``TIMER_SPIN`` is spent yielding instead."""
+    loop = asyncio.get_running_loop()
+    if deadline - loop.time() > TIMER_SPIN:
+        await asyncio.sleep(deadline - TIMER_SPIN - loop.time())
+    while loop.time() < deadline:
+        await asyncio.sleep(0)
 
 
 class _Why(enum.Enum):

@@ -177,6 +177,11 @@ class WorkflowWorker:
         ]
         if self.options.run_retention:  # None or 0 keeps every run
             housekeeping.append(asyncio.create_task(loops.purge_loop(self), name="pyrula-purge"))
+        reconcile = getattr(self.store, "reconcile_loop", None)  # archiving stores only
+        if reconcile is not None:
+            housekeeping.append(
+                asyncio.create_task(reconcile(self.worker_id), name="pyrula-reconcile")
+            )
         lease_loop = getattr(self.store, "shard_lease_loop", None)  # sharded stores only
         shard_leases = (
             None
@@ -227,6 +232,8 @@ class WorkflowWorker:
         lease = active.lease
         try:
             fault_point("after_claim")
+            if self._claimer is not None:
+                await self._claimer.hold(lease)  # a run claimed ahead starts at its time
 
             def started(execution: RunExecution) -> None:
                 active.execution = execution
@@ -311,3 +318,11 @@ class WorkflowWorker:
         soon as its current claim returns."""
         if self._claimer is not None:
             self._claimer.wake()
+
+    async def claim_round_done(self, timeout: float) -> None:
+        """Wait until the claim loop's current or next claim round ends, at most
+        ``timeout`` seconds (it may not claim: every slot taken)."""
+        if self._claimer is not None:
+            done = self._claimer.round_done()
+            await asyncio.wait([done], timeout=timeout)
+            done.cancel()

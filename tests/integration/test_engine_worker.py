@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -15,12 +16,14 @@ from pyrula.workflows import (
     DurableInvocationError,
     RunDeadLettered,
     RunStatus,
+    StepContext,
     Store,
     WorkerOptions,
     WorkflowClient,
     WorkflowContext,
     WorkflowDefinition,
     WorkflowWorker,
+    step,
     workflow,
 )
 from pyrula.workflows.registry import Registry
@@ -125,6 +128,34 @@ async def test_a_delayed_run_starts_on_time(
     assert record.started_at >= record.available_at
     # Within a claim interval plus generous slack: the timer loop wakes the claimers.
     assert record.started_at - record.available_at < FAST["claim_poll_interval"] + 0.5
+
+
+async def test_a_run_claimed_ahead_of_its_time_starts_at_it(
+    engine_store: Store, registry: Registry, start_worker: StartWorker
+) -> None:
+    """The timer loop wakes the claim loop CLAIM_AHEAD before a delayed run's time and
+    the claim takes it then; the worker holds it until its time. Its first step reads
+    the store's clock: never before the run's available_at."""
+
+    @step
+    async def clock(ctx: StepContext) -> float:
+        return time.time()
+
+    @workflow(registry=registry)
+    async def stamp(ctx: WorkflowContext) -> float:
+        return await clock()
+
+    await start_worker(engine_store, [stamp])
+    client = WorkflowClient(engine_store, registry=registry)
+    handles = [await client.submit("stamp", delay=0.2 + 0.03 * i) for i in range(10)]
+    ahead = 0
+    for handle in handles:
+        began = await handle.result(timeout=10)
+        record = await handle.record()
+        assert record.started_at is not None and record.started_at >= record.available_at
+        ahead += record.started_at == record.available_at  # claimed before its time
+        assert began >= record.available_at, f"began {record.available_at - began:.4f}s early"
+    assert ahead, "no run was claimed ahead of its time"
 
 
 async def test_a_run_that_keeps_losing_its_worker_is_dead_lettered(

@@ -244,9 +244,11 @@ class NamingValkey(CountingValkey):  # type: ignore[misc, valid-type]
         super().__init__(*args, **kwargs)
         self.claimed: list[list[str]] = []
 
-    async def claim_runs(self, worker_id: str, workflows: Any, limit: int, ttl: float) -> Any:
+    async def claim_runs(
+        self, worker_id: str, workflows: Any, limit: int, ttl: float, ahead: float = 0.0
+    ) -> Any:
         self.claimed.append(list(workflows))
-        return await super().claim_runs(worker_id, workflows, limit, ttl)
+        return await super().claim_runs(worker_id, workflows, limit, ttl, ahead)
 
 
 async def test_a_wake_up_for_runs_another_worker_took_costs_one_targeted_claim(

@@ -268,7 +268,7 @@ async def test_hot_queries_use_an_index_without_sorting(
 ) -> None:
     conn = raw(sqlite_path)
     conn.execute("ANALYZE")
-    params = {"workflow": "wf", "owner": "o", "now": 0.0, "limit": 5, "cap": 2}
+    params = {"workflow": "wf", "owner": "o", "now": 0.0, "due": 0.0, "limit": 5, "cap": 2}
     params |= {"run_id": "r", "name": "n", "before": 0.0}
     plan = " | ".join(
         str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + Q[query], params)
@@ -483,7 +483,7 @@ async def test_a_version_4_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     conn = raw(sqlite_path)
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     query = "EXPLAIN QUERY PLAN " + Q["due_heads"]
-    plan = conn.execute(query, {"workflow": "wf", "now": 0}).fetchall()
+    plan = conn.execute(query, {"workflow": "wf", "due": 0}).fetchall()
     conn.close()
     assert version == ("5",)
     assert any("owners_active" in str(row[-1]) for row in plan)

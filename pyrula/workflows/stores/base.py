@@ -112,6 +112,20 @@ class Store(Protocol):
         ``WorkerOptions.run_retention``; several may at once.
         """
 
+    async def ended_runs(self, after: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        """Terminal runs in the order they ended: those whose ``(finished_at, run_id)`` is
+        greater than ``after`` (None: from the first), ordered by ``(finished_at, run_id)``,
+        at most ``limit``. The last one's ``(finished_at, run_id)`` is the cursor for the
+        next page, so paging visits every ended run once even when many share a
+        ``finished_at``. A run that ended and was retried is not ended any more (it leaves
+        this listing until it ends again, with its new ``finished_at``).
+
+        Run ids compare as strings (code point order: their UTF-8 bytes' order). A page
+        shorter than ``limit`` had no more to show at that moment. Read from the index
+        ``purge_runs`` uses, so a page costs about ``limit`` runs (plus those that ended
+        at the cursor's very instant), not the history. ``limit <= 0``: ``[]``.
+        """
+
     async def cancel_run(self, run_id: str) -> RunRecord:
         """Cancel: a queued, sleeping or waiting run becomes ``cancelled`` at once; a
         running run gets ``cancel_requested`` and its worker stops at the next step
@@ -147,11 +161,16 @@ class Store(Protocol):
         claim from the named ones alone."""
 
     async def claim_runs(
-        self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+        self,
+        worker_id: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_ttl: float,
+        ahead: float = 0.0,
     ) -> list[Lease]:
         """Claim up to ``limit`` claimable runs of the given workflows, fairly.
 
-        Claimable: ``queued`` with ``available_at <= now``, and allowed by the run's
+        Claimable: ``queued`` with ``available_at <= now + ahead``, and allowed by the run's
         :class:`~pyrula.workflows.records.FlowControl`: a token in its rate bucket (taken
         by the claim) and fewer than ``owner_concurrency`` running runs of its workflow
         and owner. Held-back runs stay queued.
@@ -171,6 +190,12 @@ class Store(Protocol):
         Each claimed run becomes ``running`` with a new larger ``lease_token``, the lease
         expiring ``lease_ttl`` seconds from now, ``claims`` incremented and
         ``started_at`` set on the first claim. Runs of other workflows are never taken.
+
+        ``ahead`` lets a worker claim a delayed run just before its time, so that the
+        store's round trip is not added to the run's start: such a run's ``started_at``
+        is its ``available_at``, and the caller must not start it before then (the
+        worker holds it until its time, see ``WorkflowWorker``). Flow control is
+        checked as of now.
         """
 
     async def next_due_at(self, workflows: Sequence[str]) -> float | None:

@@ -11,11 +11,11 @@ from pyrula.workflows.stores.memory.state import MemoryState
 from pyrula.workflows.stores.rules import expired_error, is_expired
 
 
-def _queues(state: MemoryState, workflow: str, now: float) -> dict[str, list[RunRecord]]:
-    """Due queued runs of ``workflow`` per owner, each list in FIFO order."""
+def _queues(state: MemoryState, workflow: str, due: float) -> dict[str, list[RunRecord]]:
+    """Queued runs of ``workflow`` available by ``due``, per owner, each list in FIFO order."""
     per_owner: dict[str, list[RunRecord]] = {}
     for run in state.runs.values():
-        if run.workflow == workflow and run.status is RunStatus.QUEUED and run.available_at <= now:
+        if run.workflow == workflow and run.status is RunStatus.QUEUED and run.available_at <= due:
             per_owner.setdefault(run.owner, []).append(run)
     for runs in per_owner.values():
         runs.sort(key=lambda r: (r.available_at, state.order[r.run_id]))
@@ -63,12 +63,17 @@ def _head(runs: list[RunRecord], held: set[str]) -> int | None:
 
 
 def claim(
-    state: MemoryState, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+    state: MemoryState,
+    worker_id: str,
+    workflows: Sequence[str],
+    limit: int,
+    lease_ttl: float,
+    ahead: float = 0.0,
 ) -> list[Lease]:
     now = state.clock()
     leases: list[Lease] = []
     for workflow in dict.fromkeys(workflows):
-        queues = _queues(state, workflow, now)
+        queues = _queues(state, workflow, now + ahead)
         heads = dict.fromkeys(queues, 0)
         held: dict[str, set[str]] = {owner: set() for owner in queues}
         while heads and len(leases) < limit:
@@ -114,7 +119,10 @@ def claim(
                     lease_expires_at=now + lease_ttl,
                     claims=run.claims + 1,
                     updated_at=now,
-                    started_at=run.started_at if run.started_at is not None else now,
+                    # A run claimed ahead of its time starts at it (see claim_runs).
+                    started_at=run.started_at
+                    if run.started_at is not None
+                    else max(now, run.available_at),
                     expires_at=None,  # expiry applies only to a run that never started
                 )
             )

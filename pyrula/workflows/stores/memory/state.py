@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -69,6 +70,17 @@ class MemoryState:
         if run.is_terminal:
             raise InvalidRunState(f"run {run_id!r} already ended as {run.status.value}")
         return run
+
+    def ended_after(self, after: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        """Store.ended_runs: terminal runs past ``after`` by ``(finished_at, run_id)``."""
+        ended = (
+            (run.finished_at, run.run_id, run)
+            for run in self.runs.values()
+            if run.is_terminal
+            and run.finished_at is not None
+            and (after is None or (run.finished_at, run.run_id) > after)
+        )
+        return [run for *_, run in heapq.nsmallest(max(0, limit), ended, key=lambda e: e[:2])]
 
     def next_token(self) -> int:
         self.token += 1

@@ -185,6 +185,10 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
                 self._forget(run)
             return len(ended)
 
+    async def ended_runs(self, after: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        with self._s.lock:
+            return self._s.ended_after(after, limit)
+
     def _forget(self, run: RunRecord) -> None:
         """Drop an ended run and everything of it (the caller holds the lock)."""
         s = self._s
@@ -273,12 +277,17 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         return await self._s.notifier.wait_news(lease_key(worker_id), timeout)
 
     async def claim_runs(
-        self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+        self,
+        worker_id: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_ttl: float,
+        ahead: float = 0.0,
     ) -> list[Lease]:
         if limit <= 0:
             return []
         with self._s.lock:
-            leases = claims.claim(self._s, worker_id, workflows, limit, lease_ttl)
+            leases = claims.claim(self._s, worker_id, workflows, limit, lease_ttl, ahead)
         self._s.flush()  # expired runs it ended wake their waiters
         return leases
 

@@ -48,22 +48,30 @@ class _Owner:
 
 
 def claim(
-    tx: Tx, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+    tx: Tx,
+    worker_id: str,
+    workflows: Sequence[str],
+    limit: int,
+    lease_ttl: float,
+    ahead: float = 0.0,
 ) -> list[Lease]:
-    """Claim up to ``limit`` runs, workflows in the order given, owners fairly."""
+    """Claim up to ``limit`` runs due by ``ahead`` seconds from now, workflows in the
+    order given, owners fairly."""
     leases: list[Lease] = []
     for workflow in dict.fromkeys(workflows):
         if len(leases) >= limit:
             break
-        leases += _claim_workflow(tx, worker_id, workflow, limit - len(leases), lease_ttl)
+        leases += _claim_workflow(
+            tx, worker_id, workflow, limit - len(leases), lease_ttl, tx.now + ahead
+        )
     return leases
 
 
 def _claim_workflow(
-    tx: Tx, worker_id: str, workflow: str, limit: int, lease_ttl: float
+    tx: Tx, worker_id: str, workflow: str, limit: int, lease_ttl: float, due: float
 ) -> list[Lease]:
     owners: dict[str, _Owner] = {}
-    for head in tx.many("due_heads", workflow=workflow, now=tx.now):
+    for head in tx.many("due_heads", workflow=workflow, due=due):
         if head["seq"] is not None:
             owners[head["owner"]] = _Owner(head["last_served"], head)
         elif head["idle"]:
@@ -76,7 +84,7 @@ def _claim_workflow(
         owner = owners[name]
         if _expired(owner.head, tx.now):
             _expire(tx, owner.head["run_id"])
-            _advance(tx, workflow, name, owners)
+            _advance(tx, workflow, name, owners, due)
             continue
         held = _held_back(tx, workflow, name, owner.head)
         if held is not None:
@@ -84,7 +92,7 @@ def _claim_workflow(
                 del owners[name]  # the owner's cap holds all its runs
                 continue
             owner.held.add(held)
-            _advance(tx, workflow, name, owners)
+            _advance(tx, workflow, name, owners, due)
             continue
         counter += 1
         owner.last_served = served[name] = counter
@@ -98,7 +106,7 @@ def _claim_workflow(
         assert row is not None
         run = to_run(row)
         leases.append(Lease(run, run.lease_token, tx.now + lease_ttl))
-        _advance(tx, workflow, name, owners)
+        _advance(tx, workflow, name, owners, due)
     if served:
         tx.run("set_claim_counter", workflow=workflow, counter=counter)
         for name, last in served.items():
@@ -106,10 +114,10 @@ def _claim_workflow(
     return leases
 
 
-def _advance(tx: Tx, workflow: str, name: str, owners: dict[str, _Owner]) -> None:
+def _advance(tx: Tx, workflow: str, name: str, owners: dict[str, _Owner], due: float) -> None:
     """Move the owner to its next candidate head run, or out of this claim if none."""
     owner = owners[name]
-    head = _next_head(tx, workflow, name, owner.held)
+    head = _next_head(tx, workflow, name, owner.held, due)
     if head is None:
         del owners[name]
     else:
@@ -141,14 +149,14 @@ def _bucket(tx: Tx, key: str) -> Bucket | None:
     return None if row is None else Bucket(row["tokens"], row["updated_at"])
 
 
-def _next_head(tx: Tx, workflow: str, owner: str, held: set[str]) -> sqlite3.Row | None:
+def _next_head(tx: Tx, workflow: str, owner: str, held: set[str], due: float) -> sqlite3.Row | None:
     if not held:
-        return tx.one("due_head", workflow=workflow, owner=owner, now=tx.now)
+        return tx.one("due_head", workflow=workflow, owner=owner, due=due)
     return tx.one(
         "due_head_skipping",
         workflow=workflow,
         owner=owner,
-        now=tx.now,
+        due=due,
         held=json.dumps(sorted(held)),
         window=RATE_SKIP_WINDOW,
     )

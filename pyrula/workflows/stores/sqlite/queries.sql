@@ -94,6 +94,15 @@ WHERE r.finished_at < :before
 ORDER BY r.finished_at, r.seq
 LIMIT :limit;
 
+-- name: ended_after
+-- ended_runs' page: the runs_ended index's range from :at on, in (finished_at, run_id)
+-- order (only the runs that ended at :at itself are sorted; the row-value form,
+-- (finished_at, run_id) > (:at, :run_id), would scan the table).
+SELECT * FROM runs
+WHERE finished_at >= :at AND (finished_at > :at OR run_id > :run_id)
+ORDER BY finished_at, run_id
+LIMIT :limit;
+
 -- name: list_runs
 SELECT * FROM runs
 WHERE (:workflow IS NULL OR workflow = :workflow)
@@ -111,7 +120,8 @@ WHERE workflow = :workflow AND status = 'queued' AND available_at <= :now
 LIMIT 1;
 
 -- name: due_heads
--- Claims: each active owner's first due queued run, one index probe per owner. An
+-- Claims: each active owner's first queued run due by :due (now, or a little later for a
+-- claim that looks ahead), one index probe per owner. An
 -- owner without one (seq NULL) is idle when it has no queued run at all (a second
 -- probe, made only then): the claim then clears its active flag.
 SELECT o.owner AS owner, o.last_served AS last_served, r.seq AS seq, r.stamp AS stamp,
@@ -127,7 +137,7 @@ FROM owners AS o
 LEFT JOIN runs AS r ON r.seq = (
     SELECT h.seq FROM runs AS h
     WHERE h.workflow = o.workflow AND h.owner = o.owner AND h.status = 'queued'
-      AND h.available_at <= :now
+      AND h.available_at <= :due
     ORDER BY h.available_at, h.seq
     LIMIT 1
 )
@@ -143,7 +153,7 @@ SELECT seq, stamp, run_id, expires_at, available_at, rate_key, rate_per_second,
        rate_burst, owner_concurrency
 FROM runs
 WHERE workflow = :workflow AND owner = :owner AND status = 'queued'
-  AND available_at <= :now
+  AND available_at <= :due
 ORDER BY available_at, seq
 LIMIT 1;
 
@@ -158,7 +168,7 @@ FROM (
            rate_burst, owner_concurrency
     FROM runs
     WHERE workflow = :workflow AND owner = :owner AND status = 'queued'
-      AND available_at <= :now
+      AND available_at <= :due
     ORDER BY available_at, seq
     LIMIT :window
 )
@@ -228,7 +238,7 @@ UPDATE runs SET
     lease_expires_at = :expires_at,
     claims = claims + 1,
     updated_at = :now,
-    started_at = COALESCE(started_at, :now),
+    started_at = COALESCE(started_at, MAX(:now, available_at)),  -- claimed ahead: its time
     expires_at = NULL  -- expiry applies only to a run that never started
 WHERE seq = :seq
 RETURNING *;

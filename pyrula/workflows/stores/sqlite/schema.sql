@@ -58,7 +58,7 @@ CREATE INDEX IF NOT EXISTS runs_timers ON runs (wake_at) WHERE wake_at IS NOT NU
 CREATE INDEX IF NOT EXISTS runs_workflow_timers
     ON runs (workflow, wake_at) WHERE wake_at IS NOT NULL;
 
--- purge_runs: the runs that ended first (a retried run's finished_at is cleared).
+-- purge_runs and ended_runs: the runs by end (a retried run's finished_at is cleared).
 CREATE INDEX IF NOT EXISTS runs_ended ON runs (finished_at) WHERE finished_at IS NOT NULL;
 
 -- cancel and terminate cascade to child runs.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sqlite3
 import time
@@ -192,6 +193,12 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
 
         return await self._write(tx)
 
+    async def ended_runs(self, after: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        at, run_id = after if after is not None else (-math.inf, "")
+        n = max(0, limit)  # a negative LIMIT is none in SQLite
+        rows = await self._db.call(lambda c: many(c, "ended_after", at=at, run_id=run_id, limit=n))
+        return [to_run(row) for row in rows]
+
     async def cancel_run(self, run_id: str) -> RunRecord:
         def tx(t: Tx) -> RunRecord:
             run = t.require_live(run_id)
@@ -323,14 +330,19 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 self._db.notifier.unregister(key, fut)
 
     async def claim_runs(
-        self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+        self,
+        worker_id: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_ttl: float,
+        ahead: float = 0.0,
     ) -> list[Lease]:
         if limit <= 0 or not workflows:
             return []
 
         def tx(t: Tx) -> list[Lease]:
             self._work_version = self._db.data_version(t.conn)
-            return claims.claim(t, worker_id, workflows, limit, lease_ttl)
+            return claims.claim(t, worker_id, workflows, limit, lease_ttl, ahead)
 
         return await self._write(tx)
 

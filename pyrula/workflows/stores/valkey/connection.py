@@ -239,6 +239,35 @@ class Server(DataLoss):
             raise self.translate(exc) from None
         return reply
 
+    async def commands(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Several plain commands (reads) in one round trip, one per node on a cluster
+        (valkey-py's cluster pipeline routes each by its key); their replies in order, an
+        error reply raised translated. A reply may come raw (a single node: HGETALL a
+        flat list) or through valkey-py's response callback (a dict): read either."""
+        if not commands:
+            return []
+        if self._check_due():
+            await self.verify()
+        client = self.client()
+        payload = self._packed(client, commands)
+        try:
+            async with deadline(self.socket_timeout):
+                if payload is None:
+                    async with client.pipeline(transaction=False) as pipe:
+                        for command in commands:
+                            pipe.execute_command(*command)
+                        replies = list(await pipe.execute())
+                elif len(commands) == 1:
+                    replies = [await roundtrip(client, payload, 1)]
+                else:
+                    replies = list(await roundtrip(client, payload, len(commands)))
+        except Exception as exc:
+            raise self.translate(exc) from None
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise self.translate(reply)
+        return replies
+
     async def _blocking(self, args: Sequence[Any], block: float) -> Any:
         """A blocking command whose reply may be dropped (clients.droppable): it runs in
         a task of its own, and a caller cancelled meanwhile parks that task instead of

@@ -26,7 +26,7 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
       P t:<wf>             zset   sleeping/waiting runs by wake_at;  P tt  the same, all wfs
       P l                  zset   running runs by lease expiry
       P a                  zset   every run, "%012d:run" by created_at (listing)
-      P e                  zset   runs that ended, by finished_at (purge_runs)
+      P e                  zset   runs that ended, by finished_at (purge_runs, ended_runs)
       P es                 string where the backfill of P e walks P a ("score member")
       P n / P tk / P v     string submission sequence / lease token / hint version
       P mk                 string the data-loss marker
@@ -157,6 +157,9 @@ class Keys:
 
     def idem(self, key: str) -> str:
         return self.shard(self.shard_of_key(key)) + SHARD_FAMILIES["idem"] + key
+
+    def ended(self, shard: int) -> str:
+        return self.shard(shard) + SHARD_FAMILIES["ended"]
 
     def shard_marker(self, shard: int) -> str:
         return self.shard(shard) + SHARD_FAMILIES["marker"]

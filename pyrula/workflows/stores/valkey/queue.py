@@ -135,7 +135,12 @@ class QueueOps(ValkeyCore):
 
     # -- claims ------------------------------------------------------------------------
     async def claim_runs(
-        self, worker_id: str, workflows: Sequence[str], limit: int, lease_ttl: float
+        self,
+        worker_id: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_ttl: float,
+        ahead: float = 0.0,
     ) -> list[Lease]:
         if limit <= 0:
             return []
@@ -144,23 +149,23 @@ class QueueOps(ValkeyCore):
         for workflow in names:
             await self._note_workflow(workflow)
         if not self.cluster:
-            return await self._claim_due(worker_id, names, limit, lease_ttl) if names else []
+            return await self._claim_due(worker_id, names, limit, lease_ttl, ahead) if names else []
         leases: list[Lease] = []
         for workflow in names:
             if len(leases) >= limit:
                 break
             leases += await self._claim_workflow(
-                worker_id, workflow, limit - len(leases), lease_ttl
+                worker_id, workflow, limit - len(leases), lease_ttl, ahead
             )
         return leases
 
     async def _claim_workflow(
-        self, worker_id: str, workflow: str, limit: int, ttl: float
+        self, worker_id: str, workflow: str, limit: int, ttl: float, ahead: float
     ) -> list[Lease]:
         """Cluster: read the workflow's hint, then claim on its due shards, one call each
         (batched by node)."""
         await self._resync(workflow)
-        due = text(await self._server.call("hint_read", self._keys.hint(workflow)))
+        due = text(await self._server.call("hint_read", self._keys.hint(workflow), num(ahead)))
         shards = sorted(int(shard) for shard in due.split(",")) if due else []
         if not shards:
             return []
@@ -182,7 +187,7 @@ class QueueOps(ValkeyCore):
                     if n <= 0:
                         break
                     plan.append((shard, n))
-                got = await self._claim_on(plan, worker_id, workflow, ttl)
+                got = await self._claim_on(plan, worker_id, workflow, ttl, ahead)
                 self._cursor[workflow] = cursor + len(plan)
                 # A shard that gave fewer than asked is empty (for this claim).
                 full = {
@@ -197,7 +202,7 @@ class QueueOps(ValkeyCore):
         return leases
 
     async def _claim_due(
-        self, worker_id: str, workflows: list[str], limit: int, ttl: float
+        self, worker_id: str, workflows: list[str], limit: int, ttl: float, ahead: float
     ) -> list[Lease]:
         """Single node: read the hints and claim on the due shards of every workflow, in
         the order given, in one call (the Lua follows the plan of the cluster path
@@ -211,7 +216,7 @@ class QueueOps(ValkeyCore):
             triples += (workflow, str(cursor), "h" if now >= due_at or now < dry_until else "")
         reply = await self._server.call(
             "claim_due", self._keys.hint(workflows[0]), self.namespace, worker_id,
-            str(limit), num(ttl), str(len(workflows)), *triples,
+            str(limit), num(ttl), num(ahead), str(len(workflows)), *triples,
             *self._owned_args.get(worker_id, ()),
         )  # fmt: skip
         if reply[1] or reply[2] or reply[3]:  # hints (a cluster's) or follow-ups
@@ -244,7 +249,7 @@ class QueueOps(ValkeyCore):
                     break
                 try:
                     leases += await self._claim_rest(
-                        shard, owed, [[], blocked[i + 2 : i + 8]], worker_id, workflow, ttl
+                        shard, owed, [[], blocked[i + 2 : i + 8]], worker_id, workflow, ttl, ahead
                     )
                 except StoreError as exc:  # the runs claimed already are returned
                     if not leases:
@@ -253,19 +258,20 @@ class QueueOps(ValkeyCore):
         return leases
 
     async def _claim_on(
-        self, plan: list[tuple[int, int]], worker_id: str, workflow: str, ttl: float
+        self, plan: list[tuple[int, int]], worker_id: str, workflow: str, ttl: float, ahead: float
     ) -> list[list[Lease]]:
         calls = [
-            (s, self._shard_call("claim", s, workflow, worker_id, str(n), num(ttl), 0, 0, 0))
+            (s, self._shard_call("claim", s, workflow, worker_id, str(n), num(ttl), num(ahead),
+                                 0, 0, 0))
             for s, n in plan
-        ]
+        ]  # fmt: skip
         out: list[list[Lease]] = []
         failure: BaseException | None = None
         for (shard, n), reply in zip(plan, await self._shards(calls), strict=False):
             try:
                 if isinstance(reply, BaseException):
                     raise reply
-                out.append(await self._claim_rest(shard, n, reply, worker_id, workflow, ttl))
+                out.append(await self._claim_rest(shard, n, reply, worker_id, workflow, ttl, ahead))
             except StoreError as exc:
                 # Runs claimed on the other shards are returned, not left to lapse.
                 failure = failure or exc
@@ -277,7 +283,14 @@ class QueueOps(ValkeyCore):
         return out
 
     async def _claim_rest(
-        self, shard: int, n: int, reply: Any, worker_id: str, workflow: str, ttl: float
+        self,
+        shard: int,
+        n: int,
+        reply: Any,
+        worker_id: str,
+        workflow: str,
+        ttl: float,
+        ahead: float,
     ) -> list[Lease]:
         """Finish one shard's claim: pass flow-controlled runs through flow control."""
         got: list[Lease] = []
@@ -296,7 +309,7 @@ class QueueOps(ValkeyCore):
             elif verdict == "rate":
                 held += [owner, rate_key]  # runs of other keys behind it may go
             reply = await self._shard(
-                "claim", shard, workflow, worker_id, str(n - len(got)), num(ttl),
+                "claim", shard, workflow, worker_id, str(n - len(got)), num(ttl), num(ahead),
                 str(len(admitted)), *admitted, str(len(capped)), *capped,
                 str(len(held) // 2), *held,
             )  # fmt: skip

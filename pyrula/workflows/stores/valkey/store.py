@@ -18,6 +18,7 @@ from pyrula.workflows.stores.valkey import functions
 from pyrula.workflows.stores.valkey.clients import mask_url
 from pyrula.workflows.stores.valkey.codec import text
 from pyrula.workflows.stores.valkey.connection import Server
+from pyrula.workflows.stores.valkey.ended import EndedRuns
 from pyrula.workflows.stores.valkey.finishing import FinishBatches
 from pyrula.workflows.stores.valkey.keys import Keys, validate_namespace
 from pyrula.workflows.stores.valkey.queue import QueueOps
@@ -40,7 +41,7 @@ STORE_OPTIONS = (
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
-class ValkeyStore(RunOps, QueueOps, TimerOps, ScheduleOps, ShardLeases, ScheduleAdmin):
+class ValkeyStore(RunOps, EndedRuns, QueueOps, TimerOps, ScheduleOps, ShardLeases, ScheduleAdmin):
     """Runs, journals, leases, timers, signals, schedules and flow control in Valkey.
 
     * ``url``: ``redis://``, ``rediss://``, ``valkey://``, ``valkeys://`` or ``unix://``;

@@ -55,8 +55,8 @@ end
 -- by the cursor, the worker's own shards first. Nothing is converted or copied: Lua is
 -- slow per element here, and with 64 shards due converting and copying them cost more
 -- than the claim itself.
-local function claim_shards(hp, now, ns, wf, worker, limit, ttl, cursor, own, leases, follow)
-  local due = redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(now))
+local function claim_shards(hp, now, by, ns, wf, worker, limit, ttl, cursor, own, leases, follow)
+  local due = redis.call('ZRANGEBYSCORE', hp .. 'd', '-inf', fmt(by))
   local groups = {due}
   if next(own) ~= nil then
     local mine, others = {}, {}
@@ -82,6 +82,7 @@ local function claim_shards(hp, now, ns, wf, worker, limit, ttl, cursor, own, le
         local shard = open[(first + j) % count + 1]
         visited = visited + 1
         local c = shard_ctx(shard_prefix(ns, shard), now, ns, shard)
+        c.due = by
         local got, stop = claim_shard(c, wf, worker, n, ttl, {}, {}, {})
         left[shard] = c.keep[wf] or false
         local reply = done(c, '')
@@ -117,7 +118,7 @@ local HINT_FIRST = 'h'
 -- stopped by flow control, how many shards it visited, how many runs it owes, flags ('h'
 -- when the shards were read, 's' when due runs were left there, 'd' when the ready list
 -- ran dry), and whether its wake list is spent (the caller deletes it).
-local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, follow, mode)
+local function claim_due_wf(hp, now, by, ns, wf, worker, limit, ttl, cursor, own, follow, mode)
   local leases, blocked, visited, owed = {}, {}, 0, 0
   local taken, dry, drained, flags = 0, false, true, ''
   if mode ~= HINT_FIRST then
@@ -126,7 +127,7 @@ local function claim_due_wf(hp, now, ns, wf, worker, limit, ttl, cursor, own, fo
   if taken < limit then
     local claimed
     blocked, visited, claimed, owed, drained = claim_shards(
-      hp, now, ns, wf, worker, limit - taken, ttl, cursor, own, leases, follow)
+      hp, now, by, ns, wf, worker, limit - taken, ttl, cursor, own, leases, follow)
     taken = taken + claimed
     flags = drained and 'h' or 'hs'
     if mode == HINT_FIRST then
@@ -156,13 +157,15 @@ local PROBE_MAX = 1000
 -- (at least CLAIM_SHARE), and a shard that gave all it was asked stays open. A workflow
 -- the limit did not reach is left alone, its wake list too.
 -- KEYS[1] the first workflow's hint prefix; ARGV[2..] namespace, worker_id, limit,
--- lease_ttl, n, then n (workflow, cursor, mode) triples (mode: HINT_FIRST or '', see
+-- lease_ttl, ahead (runs due within it are taken too), n, then n (workflow, cursor, mode)
+-- triples (mode: HINT_FIRST or '', see
 -- claim_due_wf), then the worker's own shards
 -- -> {payload = {{{run_id, packed run, ...}, {shard, owed, blocked (6 fields), ...},
 --     shards visited, flags} per workflow reached}, {}, {}, followups}
 register('claim_due', function(keys, argv)
   local ns, worker = argv[2], argv[3]
-  local limit, ttl, n = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6])
+  local limit, ttl, ahead, n = tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6]),
+                             tonumber(argv[7])
   if n >= 2 and n <= PROBE_MAX and limit > 0 then
     -- A claim over several workflows (an idle worker's poll names them all) first asks
     -- whether any of them has a ready list, a due-shard index or a wake list at all: one
@@ -170,7 +173,7 @@ register('claim_due', function(keys, argv)
     -- read and found dry (no shard due, ready list empty, no wake-up to spend).
     local probe = {}
     for j = 0, n - 1 do
-      local hp = hint_prefix(ns, argv[7 + 3 * j])
+      local hp = hint_prefix(ns, argv[8 + 3 * j])
       probe[#probe + 1] = hp .. 'r'
       probe[#probe + 1] = hp .. 'd'
       probe[#probe + 1] = hp .. 'wake'
@@ -183,15 +186,15 @@ register('claim_due', function(keys, argv)
   end
   local now = now_of(argv[1])
   local own = {}
-  for i = 7 + 3 * n, #argv do own[argv[i]] = true end
+  for i = 8 + 3 * n, #argv do own[argv[i]] = true end
   local out, follow, taken, spent = {}, {}, 0, {}
   for j = 0, n - 1 do
     if taken >= limit then break end
-    local at = 7 + 3 * j
+    local at = 8 + 3 * j
     local wf, cursor, mode = argv[at], tonumber(argv[at + 1]), argv[at + 2]
     local hp = hint_prefix(ns, wf)
     local leases, blocked, visited, owed, flags, wake_spent = claim_due_wf(
-      hp, now, ns, wf, worker, limit - taken, ttl, cursor, own, follow, mode)
+      hp, now, now + ahead, ns, wf, worker, limit - taken, ttl, cursor, own, follow, mode)
     taken = taken + #leases / 2 + owed
     if wake_spent then spent[#spent + 1] = hp .. 'wake' end
     out[#out + 1] = {leases, blocked, tostring(visited), flags}

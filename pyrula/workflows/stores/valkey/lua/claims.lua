@@ -1,7 +1,8 @@
 -- claims.lua: fair claiming on one shard, timers, and the shard hints claimers read.
 --
 -- Shard functions (contract in common.lua):
---   claim      ARGV[4..] workflow, worker_id, limit, lease_ttl, then three counted lists:
+--   claim      ARGV[4..] workflow, worker_id, limit, lease_ttl, ahead (seconds: runs due by
+--              then are taken too), then three counted lists:
 --              n, n admitted run ids (through flow control already); m, m owners at
 --              their concurrency cap; h, h (owner, rate_key) pairs out of tokens
 --              -> {{run_id, packed run, ...}, blocked} where blocked is {} or the head run the
@@ -14,7 +15,8 @@
 --   sync       ARGV[4..] workflows -> ''   (recompute this shard's hints)
 -- Hint functions (KEYS[1] a workflow's hint prefix "ns:{ns:w:<wf>}:", or the timer
 -- hint prefix):
---   hint_read  ARGV[1] clock -> "shard,shard,..." due now; clears the wake list
+--   hint_read  ARGV[1] clock, ARGV[2] ahead -> "shard,shard,..." due by now + ahead; clears
+--              the wake list
 --   hint_set   ARGV[2..] shard, version, due, timer, wake, ... (cluster mode)
 --   timer_hint_set  ARGV[2..] shard, version, timer
 --   timer_due  ARGV[1] clock -> {shard, score, ...} whose earliest timer is due
@@ -34,10 +36,10 @@ end
 local function effective_head(c, wf, owner, held)
   if held == nil then
     local two = redis.call('ZRANGE', qkey(c, wf, owner), 0, 1, 'WITHSCORES')
-    if two[1] == nil or tonumber(two[2]) > c.now then return nil end
+    if two[1] == nil or tonumber(two[2]) > c.due then return nil end
     return member_id(two[1]), two[3] ~= nil, two[3] ~= nil and tonumber(two[4]) <= c.now
   end
-  local due = redis.call('ZRANGEBYSCORE', qkey(c, wf, owner), '-inf', fmt(c.now), 'LIMIT', 0,
+  local due = redis.call('ZRANGEBYSCORE', qkey(c, wf, owner), '-inf', fmt(c.due), 'LIMIT', 0,
                          RATE_SKIP_WINDOW)
   for _, m in ipairs(due) do
     local id = member_id(m)
@@ -95,7 +97,8 @@ local function start_lease(c, r, worker, ttl, leases, lz)
   local expires = fmt(c.now + ttl)
   local key = c.P .. K.run .. r.id
   r.st, r.wk, r.tk, r.le, r.ua = 'running', worker, fence_token(r), expires, now
-  r.cl, r.sa = tostring(tonumber(r.cl or '0') + 1), r.sa or now
+  -- A run claimed ahead of its time starts at it (the worker holds it until then).
+  r.cl, r.sa = tostring(tonumber(r.cl or '0') + 1), r.sa or (tonumber(r.aa) > c.now and r.aa or now)
   -- From the in-flight list: q = 'i'. From a shard: no q, unless a stale mark is left (a
   -- previous build queued it without clearing it): cleared, so that renewals and the
   -- finish use the shard's lease index.
@@ -153,7 +156,7 @@ local function claim_alone(c, wf, owner, worker, limit, ttl, admitted, lone)
     local got = redis.call('ZRANGE', q, 0, want, 'WITHSCORES')
     local members, ids = {}, {}
     local i = 1
-    while i < #got and #ids < want and tonumber(got[i + 1]) <= c.now do
+    while i < #got and #ids < want and tonumber(got[i + 1]) <= c.due do
       local r = load_run(c, member_id(got[i]))
       if not expired(c, r) then
         if (r.fk or r.fc) and not admitted[r.id] then
@@ -259,7 +262,8 @@ end
 register('claim', function(keys, argv)
   local c = ctx(keys, argv)
   local wf, worker, limit, ttl = argv[4], argv[5], tonumber(argv[6]), tonumber(argv[7])
-  local i = 8
+  c.due = c.now + tonumber(argv[8])
+  local i = 9
   local admitted, skip, held = {}, {}, {}
   for j = 1, tonumber(argv[i]) do admitted[argv[i + j]] = true end
   i = i + tonumber(argv[i]) + 1
@@ -346,10 +350,10 @@ register('sync', function(keys, argv)
 end)
 
 register('hint_read', function(keys, argv)
-  local now = now_of(argv[1])
+  local due = now_of(argv[1]) + tonumber(argv[2])
   redis.call('DEL', keys[1] .. 'wake')
   -- One string, not an array: a client parses one reply element far faster than 64.
-  return table.concat(redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(now)), ',')
+  return table.concat(redis.call('ZRANGEBYSCORE', keys[1] .. 'd', '-inf', fmt(due)), ',')
 end)
 
 register('hint_set', function(keys, argv)

@@ -33,9 +33,10 @@ local function fail(code, msg) error({err = 'PYRULA_' .. code .. ' ' .. msg}) en
 -- queued by this call), keep (a claim knows the shard still has due work), solo_due (a
 -- claim of the solo default owner saw the shard's next queued run: its available_at, or
 -- '' for none; with no other owner queued there is no other queue to read), ready (a run
--- went into its ready list: only the wake list is pushed).
+-- went into its ready list: only the wake list is pushed). A claim takes the queued runs
+-- available by due (now, or a little later when the claim looks ahead: see claim_runs).
 local function shard_ctx(P, now, ns, shard)
-  return {P = P, now = now, ns = ns, shard = shard, touched = {}, tt = {}, wake = {},
+  return {P = P, now = now, due = now, ns = ns, shard = shard, touched = {}, tt = {}, wake = {},
           removed = {}, lower = {}, keep = {}, solo_due = {}, ready = {}, timers = false,
           follow = {}}
 end

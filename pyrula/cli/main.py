@@ -13,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from pyrula.cli import app_loader
+from pyrula.cli.db import db_group
 from pyrula.cli.init import init_command
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
@@ -47,6 +48,7 @@ cli.add_command(worker_command)
 cli.add_command(init_command)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
+cli.add_command(db_group)
 
 
 def main() -> None:

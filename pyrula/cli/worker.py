@@ -33,7 +33,9 @@ from pyrula.cli import app_loader
 from pyrula.cli.logging_setup import LEVELS, configure_logging
 from pyrula.cli.render import CliError, CliUsageError, mask_url
 from pyrula.workflows import (
+    ArchivingStore,
     ConfigurationError,
+    PostgresArchive,
     PyrulaError,
     WorkerOptions,
     WorkflowWorker,
@@ -198,6 +200,15 @@ def import_workflow_modules(names: Iterable[str]) -> None:
     f"[default: {DEFAULT_STORE_URL}]",
 )
 @click.option(
+    "--postgres-dsn",
+    "postgres_dsn",
+    envvar="PYRULA_POSTGRES_DSN",
+    show_envvar=True,
+    metavar="DSN",
+    help="Keep ended runs in this Postgres archive: the store becomes an ArchivingStore "
+    "over it (see `pyrula db migrate`).",
+)
+@click.option(
     "--loglevel",
     "-l",
     type=click.Choice(LEVELS, case_sensitive=False),
@@ -226,6 +237,8 @@ def worker_command(
         store_url = loaded.serve_store(store_url, explicit=_given_on_command_line("store_url"))
     try:
         store = open_store(store_url)
+        if values.get("postgres_dsn"):
+            store = ArchivingStore(store, PostgresArchive(values["postgres_dsn"]))
     except ConfigurationError as exc:
         raise CliUsageError(str(exc)) from None
     import_workflow_modules(modules)

@@ -11,6 +11,7 @@ from pyrula.workflows.context import StepContext, WorkflowContext
 from pyrula.workflows.decorators import Step, step, workflow
 from pyrula.workflows.engine.inline import InlineWorkflowRunner
 from pyrula.workflows.errors import (
+    ArchiveSchemaMismatch,
     ConfigurationError,
     DurableInvocationError,
     Fatal,
@@ -49,6 +50,7 @@ from pyrula.workflows.registry import WorkflowDefinition
 from pyrula.workflows.retry import RetryPolicy
 from pyrula.workflows.schedules import Schedule
 from pyrula.workflows.stores import open_store
+from pyrula.workflows.stores.archive import ArchivingStore, PostgresArchive
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.sqlite import SqliteStore
@@ -56,6 +58,8 @@ from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.worker import WorkflowWorker
 
 __all__ = [
+    "ArchiveSchemaMismatch",
+    "ArchivingStore",
     "ConfigurationError",
     "DurableInvocationError",
     "Fatal",
@@ -71,6 +75,7 @@ __all__ = [
     "PayloadError",
     "PayloadTooLarge",
     "Poison",
+    "PostgresArchive",
     "PyrulaError",
     "Rate",
     "ResultTimeout",

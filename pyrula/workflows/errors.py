@@ -9,7 +9,8 @@
     │   ├── RunNotFound             no run with that id
     │   ├── IdempotencyConflict     a key reused with different params or workflow
     │   ├── InvalidRunState         the operation does not apply to the run's current status
-    │   └── LeaseLost               a write carried a stale fencing token
+    │   ├── LeaseLost               a write carried a stale fencing token
+    │   └── ArchiveSchemaMismatch   the Postgres archive's schema is missing or another version's
     ├── PayloadError                params or a result that cannot be stored
     │   ├── NotJSONSerializable     not JSON (names the offending path)
     │   └── PayloadTooLarge         over the configured maximum
@@ -72,6 +73,13 @@ class LeaseLost(StoreError):
     The run was reclaimed by another worker (or terminated); the writer must stop
     working on it and discard what it computed.
     """
+
+
+class ArchiveSchemaMismatch(StoreError):
+    """The Postgres archive has no pyrula schema, or one that another pyrula version
+    migrated. The message says what to do: run ``pyrula db migrate``, or, for another
+    version's schema, recreate the database and migrate it again (there is no upgrade
+    path between versions)."""
 
 
 class PayloadError(PyrulaError, ValueError):

@@ -16,6 +16,7 @@ from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.sqlite import SqliteStore
 from pyrula.workflows.stores.valkey import ValkeyStore
+from tests.archive.postgres import archive_dsn, empty_dsn, postgres_dsn  # noqa: F401
 from tests.valkey.servers import fresh_namespace, valkey_cluster, valkey_server  # noqa: F401
 
 START = 1_700_000_000.0
@@ -62,11 +63,20 @@ def _valkey_cluster(request: pytest.FixtureRequest, clock: Callable[[], float]) 
     return ValkeyStore(url, namespace=fresh_namespace(), shard_count=1, cluster=True, clock=clock)
 
 
+def _archiving(request: pytest.FixtureRequest, clock: Callable[[], float]) -> Store:
+    # Valkey plus a Postgres archive (a schema of the test's own, migrated).
+    from pyrula.workflows import ArchivingStore, PostgresArchive
+
+    dsn = request.getfixturevalue("archive_dsn")
+    return ArchivingStore(_valkey(request, clock), PostgresArchive(dsn))
+
+
 BUILDERS: dict[str, Callable[[pytest.FixtureRequest, Callable[[], float]], Store]] = {
     "memory": _memory,
     "sqlite": _sqlite,
     "valkey": _valkey,
     "valkey-cluster": _valkey_cluster,
+    "archiving": _archiving,
 }
 
 

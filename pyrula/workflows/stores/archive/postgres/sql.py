@@ -1,0 +1,100 @@
+"""The Postgres archive's statements and row mapping.
+
+Statements live in ``queries.sql`` and ``schema.sql`` next to this module and are read
+once, at import. Runs are written with every :class:`~pyrula.workflows.records.RunRecord`
+field as a column (``flow`` flattened into ``rate_*`` and ``owner_concurrency``) and read
+back by column name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from importlib import resources
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from pyrula.workflows.records import NO_FLOW, FlowControl, JournalEntry, RunRecord, RunStatus
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
+
+
+def _read(filename: str) -> str:
+    return resources.files(__package__ or __name__).joinpath(filename).read_text("utf-8")
+
+
+def parse_named(text: str) -> dict[str, str]:
+    """Split ``-- name: x`` blocks into ``{x: statement}``."""
+    queries: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in [*text.splitlines(), "-- name: _end"]:
+        match = _NAME.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        if name is not None:
+            queries[name] = "\n".join(lines).strip()
+        name, lines = match.group(1), []
+    return queries
+
+
+Q = parse_named(_read("queries.sql"))
+SCHEMA = _read("schema.sql")
+
+RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord) if f.name not in ("flow",))
+"""RunRecord fields stored as a column of the same name (``status`` as its value)."""
+
+
+def pyrula_version() -> str:
+    """The installed pyrula's version: what ``pyrula db migrate`` records and every
+    archive checks against."""
+    try:
+        return version("pyrula")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
+def run_params(run: RunRecord) -> dict[str, Any]:
+    """The ``upsert_run`` parameters of an ended run."""
+    params: dict[str, Any] = {name: getattr(run, name) for name in RUN_FIELDS}
+    params["status"] = run.status.value
+    flow = run.flow
+    params.update(
+        rate_key=flow.rate_key,
+        rate_per_second=flow.rate_per_second,
+        rate_burst=flow.rate_burst,
+        owner_concurrency=flow.owner_concurrency,
+    )
+    return params
+
+
+def to_run(row: dict[str, Any]) -> RunRecord:
+    """A RunRecord from a ``pyrula_runs`` row."""
+    flow = FlowControl(
+        rate_key=row["rate_key"],
+        rate_per_second=row["rate_per_second"],
+        rate_burst=row["rate_burst"],
+        owner_concurrency=row["owner_concurrency"],
+    )
+    values = {name: row[name] for name in RUN_FIELDS}
+    values["status"] = RunStatus(row["status"])
+    return RunRecord(**values, flow=NO_FLOW if flow.is_empty and flow == NO_FLOW else flow)
+
+
+def entry_params(entry: JournalEntry) -> dict[str, Any]:
+    return dataclasses.asdict(entry)
+
+
+def to_entry(row: dict[str, Any]) -> JournalEntry:
+    return JournalEntry(
+        run_id=row["run_id"],
+        position=row["position"],
+        kind=row["kind"],
+        name=row["name"],
+        ok=row["ok"],
+        value=row["value"],
+        attempts=row["attempts"],
+        token=row["token"],
+        recorded_at=row["recorded_at"],
+    )

@@ -75,12 +75,13 @@ clocks drift apart, so an old bound never makes a run start early."""
 class StoreClock:
     """When a store time comes on this process's event loop clock, never too early.
 
-    A claim reads the store's clock (its leases expire ``lease_ttl`` after it) somewhere
-    between the call and its reply, so the store's clock less the loop's, read at the
-    reply, is a lower bound of their true offset; the greatest bound of recent claims
-    (loosened by ``CLOCK_SLACK`` per second of age) is the estimate. The local time it
-    gives for a store time is at or after the true one, by about the shortest recent
-    claim's time from its store read to its reply.
+    A claim reads the store's clock (its leases expire ``lease_ttl`` after it), and so
+    does ``Store.now`` (the timer loop's, on Valkey a ``TIME``), somewhere between the
+    call and its reply, so the store's clock less the loop's, read at the reply, is a
+    lower bound of their true offset; the greatest bound of recent readings (loosened by
+    ``CLOCK_SLACK`` per second of age) is the estimate. The local time it gives for a
+    store time is at or after the true one, by about the shortest recent reading's time
+    from the store's clock to its reply.
     """
 
     def __init__(self) -> None:
@@ -172,7 +173,6 @@ class ClaimLoop:
         self._work_started = self._work_ended = 0.0
         self._signalled: Sequence[str] | None = None
         """The workflows the store's last early wake-up named (None: it could not tell)."""
-        self.clock = StoreClock()
         self._round_waiters: list[asyncio.Future[None]] = []
         """Resolved when the current or next claim round ends (``round_done``)."""
 
@@ -186,7 +186,7 @@ class ClaimLoop:
         ahead of its time (at most ``CLAIM_AHEAD`` ahead)."""
         hold = lease.run.available_at - (lease.expires_at - self.worker.options.lock_ttl)
         if hold > 0:
-            start = self.clock.local(lease.run.available_at)
+            start = self.worker.store_clock.local(lease.run.available_at)
             await sleep_until(min(start, self.loop.time() + CLAIM_AHEAD))
 
     def round_done(self) -> asyncio.Future[None]:
@@ -268,7 +268,7 @@ class ClaimLoop:
         ttl = worker.options.lock_ttl
         leases = await worker.store.claim_runs(worker.worker_id, order, limit, ttl, CLAIM_AHEAD)
         if leases:
-            self.clock.note(leases[0].expires_at - ttl, self.loop.time())
+            worker.store_clock.note(leases[0].expires_at - ttl, self.loop.time())
             self.plan.note(leases, self.loop.time())
             for lease in leases:
                 worker._start(self.definitions[lease.run.workflow], lease)

@@ -212,7 +212,9 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
                 # CLAIM_AHEAD early (claims take runs due that soon); once more at the
                 # time itself if a claim woken for it left it queued (all slots taken).
                 lead = CLAIM_AHEAD if due > handed else 0.0
-                until = max(0.0, due - lead - await worker.store.now())
+                store_now = await worker.store.now()
+                worker.store_clock.note(store_now, loop.time())  # a hold's start, see there
+                until = max(0.0, due - lead - store_now)
                 if until < delay:
                     delay, due_next = until, due
         except StoreError as exc:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pyrula.workflows import loops
-from pyrula.workflows.claiming import ClaimLoop
+from pyrula.workflows.claiming import ClaimLoop, StoreClock
 from pyrula.workflows.client import WorkflowClient
 from pyrula.workflows.engine.execution import (
     ExecutionObserver,
@@ -96,6 +96,8 @@ class WorkflowWorker:
         self._slot_freed: asyncio.Event | None = None
         self.started_at = 0.0
         self._claimer: ClaimLoop | None = None
+        self.store_clock = StoreClock()
+        """The store's clock on this process's event loop (claims and the timer loop read it)."""
         self._settings = ExecutionSettings(registry=self._registry)
         self.timers_changed = asyncio.Event()
         """Set when a run here suspended, so the timer loop recomputes its next wake-up."""

@@ -77,8 +77,7 @@ class ValkeyCore:
     async def now(self) -> float:
         if self._clock is not None:
             return self._clock()
-        seconds, micros = await self._server.command("TIME")
-        return int(seconds) + int(micros) / 1_000_000
+        return server_time(await self._server.command("TIME"))
 
     @property
     def _inline(self) -> str:
@@ -236,6 +235,12 @@ def lease_of(run_id: str, flat: Any) -> Lease:
     run = to_run(run_id, flat_text(flat))
     assert run.lease_expires_at is not None
     return Lease(run=run, token=run.lease_token, expires_at=run.lease_expires_at)
+
+
+def server_time(reply: Any) -> float:
+    """A ``TIME`` reply (seconds, microseconds; as text or numbers) as epoch seconds."""
+    seconds, micros = reply
+    return int(seconds) + int(micros) / 1_000_000
 
 
 def rotate(items: list[int], by: int) -> list[int]:

@@ -2,9 +2,10 @@
 
 Both start from the hints (``ns:{ns:timers}:d``: shard -> its earliest timer, and each
 workflow's ``d``/``t`` zsets), so an idle namespace costs one read, not one per shard.
-``next_due_at`` then asks the shards that may have work (their hint is due, or holds
-queued runs) for the exact answer: future queued runs whose owner is under its
-concurrency cap, owner heads waiting for a rate token, future timers.
+``next_due_at`` reads every workflow's hints in one round trip, then asks the shards that
+may have work (their hint is due, or holds queued runs) for the exact answer: future
+queued runs whose owner is under its concurrency cap, owner heads waiting for a rate
+token, future timers.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from pyrula.workflows.stores.flow import next_token_at, refill
 from pyrula.workflows.stores.valkey.codec import text
 from pyrula.workflows.stores.valkey.connection import Call
-from pyrula.workflows.stores.valkey.core import ValkeyCore, flat_text, parse_bucket
+from pyrula.workflows.stores.valkey.core import ValkeyCore, flat_text, parse_bucket, server_time
 
 
 class TimerOps(ValkeyCore):
@@ -38,17 +39,23 @@ class TimerOps(ValkeyCore):
         if not names:
             return None
         await self._ensure_open()
-        now = await self.now()
         times: list[float] = []
         # shard -> the workflows whose hints name it: each shard is asked about those only
         # (a worker serving 20 workflows would otherwise have every probed shard look at
         # all 20, a few commands each, holding the server for milliseconds).
         probe: dict[int, list[str]] = {}
+        reads = [
+            ("ZRANGE", self._keys.hint(wf) + suffix, 0, -1, "WITHSCORES")
+            for wf in names
+            for suffix in ("d", "t")
+        ]
+        # One round trip for all, with the server's clock (unless the store has its own).
+        clock = [] if self._clock is not None else [("TIME",)]
+        replies = iter(await self._server.commands([*clock, *reads]))
+        now = self._clock() if self._clock is not None else server_time(next(replies))
         for wf in names:
-            hint = self._keys.hint(wf)
             for suffix in ("d", "t"):
-                flat = await self._server.command("ZRANGE", hint + suffix, 0, -1, "WITHSCORES")
-                for shard, score in scored(flat):
+                for shard, score in scored(next(replies)):
                     if suffix == "t" and score > now:
                         times.append(score)
                         continue

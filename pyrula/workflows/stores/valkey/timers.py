@@ -2,14 +2,16 @@
 
 Both start from the hints (``ns:{ns:timers}:d``: shard -> its earliest timer, and each
 workflow's ``d``/``t`` zsets), so an idle namespace costs one read, not one per shard.
-``next_due_at`` reads every workflow's hints in one round trip, then asks the shards that
-may have work (their hint is due, or holds queued runs) for the exact answer: future
+``next_due_at`` reads every workflow's hints in one round trip. A future timer hint is
+exact; the shards whose hint is due but whose runs were not claimed, and the shard of the
+earliest future queued-run hint (a lower bound), are asked for the exact answer: future
 queued runs whose owner is under its concurrency cap, owner heads waiting for a rate
 token, future timers.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,11 +41,6 @@ class TimerOps(ValkeyCore):
         if not names:
             return None
         await self._ensure_open()
-        times: list[float] = []
-        # shard -> the workflows whose hints name it: each shard is asked about those only
-        # (a worker serving 20 workflows would otherwise have every probed shard look at
-        # all 20, a few commands each, holding the server for milliseconds).
-        probe: dict[int, list[str]] = {}
         reads = [
             ("ZRANGE", self._keys.hint(wf) + suffix, 0, -1, "WITHSCORES")
             for wf in names
@@ -53,20 +50,48 @@ class TimerOps(ValkeyCore):
         clock = [] if self._clock is not None else [("TIME",)]
         replies = iter(await self._server.commands([*clock, *reads]))
         now = self._clock() if self._clock is not None else server_time(next(replies))
+        times: list[float] = []  # exact
+        later: list[tuple[float, int, str]] = []  # future queued-run hints: lower bounds
+        # shard -> the workflows to ask it about: each shard is asked about those only (a
+        # worker serving 20 workflows would otherwise have every probed shard look at all
+        # 20, a few commands each, holding the server for milliseconds).
+        probe: dict[int, list[str]] = {}
         for wf in names:
             for suffix in ("d", "t"):
                 for shard, score in scored(next(replies)):
-                    if suffix == "t" and score > now:
-                        times.append(score)
-                        continue
-                    asked = probe.setdefault(shard, [])
-                    if not asked or asked[-1] != wf:
-                        asked.append(wf)
+                    if score <= now:  # due, yet not claimed: the shard tells what is next
+                        _ask(probe, shard, wf)
+                    elif suffix == "t":
+                        times.append(score)  # a future timer's time is exact
+                    else:
+                        later.append((score, shard, wf))
+        # A future hint is when the shard's first queued run comes due, at the earliest
+        # (flow control may hold it longer): shards are asked in the order of their hints,
+        # only while their hint is before the best exact time found (1, then 2, 4, ...
+        # per call), so one call usually settles it however many shards hold delayed runs.
+        later.sort()
+        best, taken, batch = min(times, default=math.inf), 0, 1
+        while taken < len(later) and later[taken][0] < best:
+            for hint, shard, wf in later[taken : taken + batch]:
+                if hint < best:
+                    _ask(probe, shard, wf)
+            taken, batch = taken + batch, 2 * batch
+            best = min(best, await self._ask_shards(probe, now, times))
+            probe = {}
         if probe:
-            plan = sorted(probe.items())
-            calls = [(s, self._shard_call("next_due", s, *wfs)) for s, wfs in plan]
-            times += await self._probe_due(calls, [wfs for _, wfs in plan], now)
+            await self._ask_shards(probe, now, times)
         return min((t for t in times if t > now), default=None)
+
+    async def _ask_shards(
+        self, probe: dict[int, list[str]], now: float, times: list[float]
+    ) -> float:
+        """Ask the shards of ``probe`` what of its workflows comes due next, appending the
+        answers to ``times``; the earliest future one (inf: none)."""
+        plan = sorted(probe.items())
+        calls = [(s, self._shard_call("next_due", s, *wfs)) for s, wfs in plan]
+        found = await self._probe_due(calls, [wfs for _, wfs in plan], now)
+        times += found
+        return min((t for t in found if t > now), default=math.inf)
 
     async def _probe_due(
         self, calls: list[tuple[int, Call]], asked: list[list[str]], now: float
@@ -125,3 +150,9 @@ def scored(flat: Any) -> list[tuple[int, float]]:
     if flat and isinstance(flat[0], (list, tuple)):
         return [(int(text(m)), float(s)) for m, s in flat]
     return [(int(text(flat[i])), float(text(flat[i + 1]))) for i in range(0, len(flat), 2)]
+
+
+def _ask(probe: dict[int, list[str]], shard: int, wf: str) -> None:
+    asked = probe.setdefault(shard, [])
+    if not asked or asked[-1] != wf:
+        asked.append(wf)

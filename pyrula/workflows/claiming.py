@@ -89,7 +89,8 @@ class StoreClock:
         self._noted = 0.0
 
     def note(self, store_time: float, replied: float) -> None:
-        """A claim that read ``store_time`` replied at ``replied`` (loop time)."""
+        """A call that read the store's clock as ``store_time`` replied at ``replied``
+        (loop time)."""
         aged = self._offset - CLOCK_SLACK * (replied - self._noted)
         self._offset, self._noted = max(store_time - replied, aged), replied
 

@@ -8,6 +8,7 @@ reads the same before and after it left the live store. Archived runs are read-o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Coroutine, Sequence
@@ -211,7 +212,10 @@ class ArchivingStore(ScheduleAdmin):
             if run.run_id not in seen
         ]
         # An archived run may still be live, not matching the filters any more.
-        archived = [run for run in archived if await self.live.get_run(run.run_id) is None]
+        still_live = await asyncio.gather(*(self.live.get_run(run.run_id) for run in archived))
+        archived = [
+            run for run, live_copy in zip(archived, still_live, strict=True) if live_copy is None
+        ]
         merged: list[RunRecord] = []
         i = j = 0
         while len(merged) < limit and (i < len(live) or j < len(archived)):

@@ -14,6 +14,7 @@ import click
 
 from pyrula.cli import app_loader
 from pyrula.cli.db import db_group
+from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
@@ -49,6 +50,7 @@ cli.add_command(init_command)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
 cli.add_command(db_group)
+cli.add_command(dev_command)
 
 
 def main() -> None:

@@ -234,7 +234,7 @@ def worker_command(
         configure_logging(loglevel)
     options = options_from_params(values)
     if loaded is not None:  # the app's store, unless --store itself names one
-        store_url = loaded.serve_store(store_url, explicit=_given_on_command_line("store_url"))
+        store_url = loaded.serve_store(store_url, explicit=given_on_command_line("store_url"))
     try:
         store = open_store(store_url)
         if values.get("postgres_dsn"):
@@ -259,7 +259,7 @@ def worker_command(
         f"on {mask_url(store.url)}, up to {options.max_concurrent_runs} runs at once"
     )
     try:
-        asyncio.run(_serve(worker, banner, loaded.on_start if loaded else None))
+        asyncio.run(serve_worker(worker, banner, loaded.on_start if loaded else None))
     except PyrulaError as exc:
         raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
     finally:
@@ -267,7 +267,7 @@ def worker_command(
             loaded.on_stop()
 
 
-def _given_on_command_line(param: str) -> bool:
+def given_on_command_line(param: str) -> bool:
     """Whether ``param`` came from the command line (not its environment variable)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
@@ -275,7 +275,7 @@ def _given_on_command_line(param: str) -> bool:
     return ctx.get_parameter_source(param) is not click.core.ParameterSource.ENVIRONMENT
 
 
-async def _serve(
+async def serve_worker(
     worker: WorkflowWorker,
     banner: str,
     on_start: Callable[[Any], Awaitable[None]] | None = None,

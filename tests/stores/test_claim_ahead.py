@@ -35,9 +35,7 @@ async def test_due_and_soon_runs_are_claimed_together(store: Store, clock: FakeC
     assert started == {now: START, soon: START + 1.0, later: START + 3.0}
 
 
-async def test_ahead_does_not_take_a_run_past_its_owner_cap(
-    store: Store, clock: FakeClock
-) -> None:
+async def test_ahead_does_not_take_a_run_past_its_owner_cap(store: Store, clock: FakeClock) -> None:
     capped = FlowControl(owner_concurrency=1)
     first = await create(store, owner="t1", flow=capped)
     await create(store, owner="t1", flow=capped, delay=1.0)

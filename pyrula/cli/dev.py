@@ -25,6 +25,7 @@ from pyrula.cli import app_loader
 from pyrula.cli.dashboard import server
 from pyrula.cli.logging_setup import LEVELS, configure_logging
 from pyrula.cli.render import CliError, CliUsageError, mask_url
+from pyrula.cli.runs import store_option
 from pyrula.cli.worker import (
     given_on_command_line,
     import_workflow_modules,
@@ -32,7 +33,6 @@ from pyrula.cli.worker import (
     serve_worker,
 )
 from pyrula.workflows import ConfigurationError, PyrulaError, WorkflowWorker, open_store
-from pyrula.workflows.stores import DEFAULT_STORE_URL
 
 log = logging.getLogger("pyrula.cli.dev")
 
@@ -71,15 +71,7 @@ def listen_url(host: str, port: int) -> str:
 
 @click.command("dev")
 @click.argument("app", metavar="APP")
-@click.option(
-    "--store",
-    "store_url",
-    envvar="PYRULA_STORE_URL",
-    show_envvar=True,
-    metavar="URL",
-    help=f"Store URL: sqlite:///relative.db, sqlite:////abs/path.db, memory://, "
-    f"valkey://... [default: {DEFAULT_STORE_URL}]",
-)
+@store_option
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),

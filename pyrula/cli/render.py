@@ -95,7 +95,7 @@ def clip(text: str, width: int = CELL_WIDTH) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def _payload(text: str | None) -> Any:
+def json_value(text: str | None) -> Any:
     """Stored JSON text as a value; text that is not JSON is returned as it is."""
     if text is None:
         return None
@@ -121,8 +121,8 @@ def run_dict(run: RunRecord, now: float) -> dict[str, Any]:
         "status": run.status.value,
         "owner": run.owner,
         "idempotency_key": run.idempotency_key,
-        "params": _payload(run.params),
-        "result": _payload(run.result),
+        "params": json_value(run.params),
+        "result": json_value(run.result),
         "error": _error(run.error),
         "created_at": iso(run.created_at, precise=True),
         "available_at": iso(run.available_at, precise=True),
@@ -155,7 +155,7 @@ def entry_dict(entry: JournalEntry) -> dict[str, Any]:
         "ok": entry.ok,
         "attempts": entry.attempts,
         "recorded_at": iso(entry.recorded_at, precise=True) if entry.recorded_at else None,
-        "value": _payload(entry.value) if _has_value(entry) else None,
+        "value": json_value(entry.value) if _has_value(entry) else None,
         "error": None if _has_value(entry) else _error(entry.value),
     }
 

@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from pyrula.workflows import ArchivingStore, PostgresArchive, RunRecord, open_store
 from pyrula.workflows.sync import WorkflowClient
-from tests.integration.test_cli_worker import FAST, MODULE, Workers
+from tests.integration.test_cli_worker import FAST, MODULE, Workers, workers  # noqa: F401  (a fixture)
 from tests.valkey.servers import ValkeyProcess, fresh_namespace
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 def archived(dsn: str, run_id: str) -> RunRecord | None:
@@ -40,7 +29,9 @@ def archived(dsn: str, run_id: str) -> RunRecord | None:
 
 
 def test_the_worker_archives_the_runs_it_ends(
-    workers: Workers, valkey_server: ValkeyProcess, archive_dsn: str
+    workers: Workers,  # noqa: F811
+    valkey_server: ValkeyProcess,
+    archive_dsn: str,
 ) -> None:
     url = f"{valkey_server.url}?namespace={fresh_namespace()}"
     worker = workers.start(

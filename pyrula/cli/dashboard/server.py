@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -52,15 +51,6 @@ class Response:
     body: bytes
 
 
-def _payload(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def run_json(run: RunRecord, now: float) -> dict[str, Any]:
     """``pyrula runs show --json``'s fields, plus the parent, wait and progress fields."""
     document = render.run_dict(run, now)
@@ -70,7 +60,7 @@ def run_json(run: RunRecord, now: float) -> dict[str, Any]:
         wait_signal=run.wait_signal,
         wait_child=run.wait_child,
         progress_state=run.progress_state,
-        progress_info=_payload(run.progress_info),
+        progress_info=render.json_value(run.progress_info),
     )
     return document
 

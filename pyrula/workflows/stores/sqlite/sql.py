@@ -7,10 +7,8 @@ loaded once, at import. Everything here runs on the store's own thread.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
-from importlib import resources
 from typing import Any
 
 from pyrula.workflows.errors import StoreError, StoreUnavailable
@@ -22,29 +20,13 @@ from pyrula.workflows.records import (
     ScheduleRecord,
     WorkerInfo,
 )
+from pyrula.workflows.stores.sqlfiles import parse_named, read_sql
 
 SCHEMA_VERSION = "5"
-_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
 
 def _read(filename: str) -> str:
-    return resources.files(__package__ or __name__).joinpath(filename).read_text("utf-8")
-
-
-def parse_named(text: str) -> dict[str, str]:
-    """Split ``-- name: x`` blocks into ``{x: statement}``."""
-    queries: dict[str, str] = {}
-    name: str | None = None
-    lines: list[str] = []
-    for line in [*text.splitlines(), "-- name: _end"]:
-        match = _NAME.match(line)
-        if match is None:
-            lines.append(line)
-            continue
-        if name is not None:
-            queries[name] = "\n".join(lines).strip()
-        name, lines = match.group(1), []
-    return queries
+    return read_sql(__package__ or __name__, filename)
 
 
 def split_statements(text: str) -> list[str]:

@@ -9,34 +9,15 @@ back by column name.
 from __future__ import annotations
 
 import dataclasses
-import re
-from importlib import resources
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from pyrula.workflows.records import NO_FLOW, FlowControl, JournalEntry, RunRecord, RunStatus
-
-_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
+from pyrula.workflows.stores.sqlfiles import parse_named, read_sql
 
 
 def _read(filename: str) -> str:
-    return resources.files(__package__ or __name__).joinpath(filename).read_text("utf-8")
-
-
-def parse_named(text: str) -> dict[str, str]:
-    """Split ``-- name: x`` blocks into ``{x: statement}``."""
-    queries: dict[str, str] = {}
-    name: str | None = None
-    lines: list[str] = []
-    for line in [*text.splitlines(), "-- name: _end"]:
-        match = _NAME.match(line)
-        if match is None:
-            lines.append(line)
-            continue
-        if name is not None:
-            queries[name] = "\n".join(lines).strip()
-        name, lines = match.group(1), []
-    return queries
+    return read_sql(__package__ or __name__, filename)
 
 
 Q = parse_named(_read("queries.sql"))

@@ -108,7 +108,10 @@ async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bo
             active.task.cancel()
     for run_id in result.cancel_requested:
         active = active_runs.get(run_id)
-        if active is not None and active.execution is not None:
+        if active is None:
+            continue
+        active.cancel_requested = True  # for an execution not started yet (a held run)
+        if active.execution is not None:
             active.execution.cancel_requested = True
 
 

@@ -39,6 +39,8 @@ class _Active:
     task: asyncio.Task[None] | None = None
     execution: RunExecution | None = None
     lost: bool = False
+    cancel_requested: bool = False
+    """A cancel the renew loop learnt before the execution started (a held run)."""
     released: bool = field(default=False)
 
 
@@ -240,6 +242,7 @@ class WorkflowWorker:
             def started(execution: RunExecution) -> None:
                 active.execution = execution
                 execution.lost = active.lost
+                execution.cancel_requested = execution.cancel_requested or active.cancel_requested
 
             end = await execute_run(definition, lease, self.store, self._settings, on_start=started)
             if end is RunEnd.SUSPENDED:
@@ -267,8 +270,12 @@ class WorkflowWorker:
                     self.options.cancel_timeout,
                     f"journal of {lease.run_id}",
                 )
+            # A run claimed ahead of its time and not started goes back due at that time.
+            claimed_at = lease.expires_at - self.options.lock_ttl
+            ahead = execution is None and lease.run.available_at > claimed_at
+            available_at = lease.run.available_at if ahead else None
             await call_store(
-                lambda: self.store.release_run(lease.run_id, lease.token),
+                lambda: self.store.release_run(lease.run_id, lease.token, available_at),
                 self.options.cancel_timeout,
                 f"release of {lease.run_id}",
             )

@@ -158,6 +158,72 @@ async def test_a_run_claimed_ahead_of_its_time_starts_at_it(
     assert ahead, "no run was claimed ahead of its time"
 
 
+@pytest.fixture
+def far_ahead(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Claims look 1.5 s ahead, so a test can act while a claimed run is held."""
+    from pyrula.workflows import claiming, loops
+
+    monkeypatch.setattr(loops, "CLAIM_AHEAD", 1.5)
+    monkeypatch.setattr(claiming, "CLAIM_AHEAD", 1.5)
+    return 1.5
+
+
+async def test_a_held_run_released_at_stop_keeps_its_time(
+    engine_store: Store,
+    registry: Registry,
+    start_worker: StartWorker,
+    eventually: Eventually,
+    far_ahead: float,
+) -> None:
+    @workflow(registry=registry)
+    async def later(ctx: WorkflowContext) -> float:
+        return (await ctx.now()).timestamp()
+
+    first = await start_worker(engine_store, [later], shutdown_grace=0.1)
+    handle = await WorkflowClient(engine_store, registry=registry).submit("later", delay=1.0)
+    due = (await handle.record()).available_at
+    await eventually(
+        lambda: _status(handle, RunStatus.RUNNING), what="the run claimed ahead and held"
+    )
+    first.stop()
+    await eventually(lambda: first.running == 0, what="the worker draining")
+    record = await handle.record()
+    assert record.status is RunStatus.QUEUED and record.available_at == due
+    await start_worker(engine_store, [later])
+    assert await handle.result(timeout=10) >= due  # never before its time
+
+
+async def test_a_run_cancelled_while_held_is_cancelled_not_run(
+    engine_store: Store,
+    registry: Registry,
+    start_worker: StartWorker,
+    eventually: Eventually,
+    far_ahead: float,
+) -> None:
+    ran: list[str] = []
+
+    @step
+    async def effect(ctx: StepContext) -> str:
+        ran.append("effect")
+        return "done"
+
+    @workflow(registry=registry)
+    async def held(ctx: WorkflowContext) -> str:
+        return await effect()
+
+    await start_worker(engine_store, [held])
+    client = WorkflowClient(engine_store, registry=registry)
+    handle = await client.submit("held", delay=1.0)
+    await eventually(lambda: _status(handle, RunStatus.RUNNING), what="the run claimed and held")
+    await handle.cancel()
+    await eventually(lambda: _status(handle, RunStatus.CANCELLED), timeout=10, what="cancelled")
+    assert ran == []  # its step never ran
+
+
+async def _status(handle: Any, status: RunStatus) -> bool:
+    return bool((await handle.record()).status is status)
+
+
 async def test_a_run_that_keeps_losing_its_worker_is_dead_lettered(
     store_factory: StoreFactory, registry: Registry
 ) -> None:

@@ -129,7 +129,7 @@ def _attempt_step(
     )
     if children:  # AsyncResult.children: what it sent, as Celery stores with the result
         outcome["children"] = children
-    if outcome["kind"] == "ok" and (meta.get("link") or rest):
+    if succeeded and (meta.get("link") or rest):
         try:
             _after_success(
                 app, step_ctx.run_id, outcome["value"], meta.get("link"), rest,

@@ -100,6 +100,11 @@ class StoreClock:
         return store_time - self._offset + CLOCK_SLACK * (now - self._noted)
 
 
+def claimed_at(lease: Lease, lease_ttl: float) -> float:
+    """The store's clock when the lease was taken (its expiry less its ``lease_ttl``)."""
+    return lease.expires_at - lease_ttl
+
+
 class Why(enum.Enum):
     """Why the loop claims now."""
 
@@ -185,7 +190,7 @@ class ClaimLoop:
     async def hold(self, lease: Lease) -> None:
         """Return at the lease's run's ``available_at``: at once, unless the claim took it
         ahead of its time (at most ``CLAIM_AHEAD`` ahead)."""
-        hold = lease.run.available_at - (lease.expires_at - self.worker.options.lock_ttl)
+        hold = lease.run.available_at - claimed_at(lease, self.worker.options.lock_ttl)
         if hold > 0:
             start = self.worker.store_clock.local(lease.run.available_at)
             await sleep_until(min(start, self.loop.time() + CLAIM_AHEAD))
@@ -269,7 +274,7 @@ class ClaimLoop:
         ttl = worker.options.lock_ttl
         leases = await worker.store.claim_runs(worker.worker_id, order, limit, ttl, CLAIM_AHEAD)
         if leases:
-            worker.store_clock.note(leases[0].expires_at - ttl, self.loop.time())
+            worker.store_clock.note(claimed_at(leases[0], ttl), self.loop.time())
             self.plan.note(leases, self.loop.time())
             for lease in leases:
                 worker._start(self.definitions[lease.run.workflow], lease)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pyrula.workflows import loops
-from pyrula.workflows.claiming import ClaimLoop, StoreClock
+from pyrula.workflows.claiming import ClaimLoop, StoreClock, claimed_at
 from pyrula.workflows.client import WorkflowClient
 from pyrula.workflows.engine.execution import (
     ExecutionObserver,
@@ -271,8 +271,8 @@ class WorkflowWorker:
                     f"journal of {lease.run_id}",
                 )
             # A run claimed ahead of its time and not started goes back due at that time.
-            claimed_at = lease.expires_at - self.options.lock_ttl
-            ahead = execution is None and lease.run.available_at > claimed_at
+            taken = claimed_at(lease, self.options.lock_ttl)
+            ahead = execution is None and lease.run.available_at > taken
             available_at = lease.run.available_at if ahead else None
             await call_store(
                 lambda: self.store.release_run(lease.run_id, lease.token, available_at),

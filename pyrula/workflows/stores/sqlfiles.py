@@ -1,10 +1,21 @@
-"""SQL kept in ``.sql`` files beside the store that runs it (SQLite, the Postgres archive):
-reading them from the package, and their ``-- name: x`` blocks."""
+"""What the SQL stores (SQLite, the Postgres archive) share: their statements, kept in
+``.sql`` files beside them (read from the package, split into ``-- name: x`` blocks),
+and the flow-control columns of a run's row."""
 
 from __future__ import annotations
 
 import re
 from importlib import resources
+from typing import Any, Protocol
+
+from pyrula.workflows.records import FlowControl
+
+
+class Row(Protocol):
+    """A result row by column name: sqlite3.Row, a psycopg dict row."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
@@ -28,3 +39,13 @@ def parse_named(text: str) -> dict[str, str]:
             queries[name] = "\n".join(lines).strip()
         name, lines = match.group(1), []
     return queries
+
+
+def flow_of_row(row: Row) -> FlowControl:
+    """The FlowControl kept in a run row's ``rate_*`` and ``owner_concurrency`` columns."""
+    return FlowControl(
+        rate_key=row["rate_key"],
+        rate_per_second=row["rate_per_second"],
+        rate_burst=row["rate_burst"],
+        owner_concurrency=row["owner_concurrency"],
+    )

@@ -13,14 +13,13 @@ from typing import Any
 
 from pyrula.workflows.errors import StoreError, StoreUnavailable
 from pyrula.workflows.records import (
-    FlowControl,
     JournalEntry,
     RunRecord,
     RunStatus,
     ScheduleRecord,
     WorkerInfo,
 )
-from pyrula.workflows.stores.sqlfiles import parse_named, read_sql
+from pyrula.workflows.stores.sqlfiles import flow_of_row, parse_named, read_sql
 
 SCHEMA_VERSION = "5"
 
@@ -228,21 +227,11 @@ def to_run(row: sqlite3.Row) -> RunRecord:
         wake_at=row["wake_at"],
         wait_signal=row["wait_signal"],
         wait_child=row["wait_child"],
-        flow=to_flow(row),
+        flow=flow_of_row(row),
         expires_at=row["expires_at"],
         progress_state=row["progress_state"],
         progress_info=row["progress_info"],
         failed_position=row["failed_position"],
-    )
-
-
-def to_flow(row: sqlite3.Row) -> FlowControl:
-    """The FlowControl kept in a row's ``rate_*`` and ``owner_concurrency`` columns."""
-    return FlowControl(
-        rate_key=row["rate_key"],
-        rate_per_second=row["rate_per_second"],
-        rate_burst=row["rate_burst"],
-        owner_concurrency=row["owner_concurrency"],
     )
 
 

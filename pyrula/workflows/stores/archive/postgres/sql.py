@@ -12,8 +12,8 @@ import dataclasses
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from pyrula.workflows.records import NO_FLOW, FlowControl, JournalEntry, RunRecord, RunStatus
-from pyrula.workflows.stores.sqlfiles import parse_named, read_sql
+from pyrula.workflows.records import JournalEntry, RunRecord, RunStatus
+from pyrula.workflows.stores.sqlfiles import flow_of_row, parse_named, read_sql
 
 
 def _read(filename: str) -> str:
@@ -52,15 +52,9 @@ def run_params(run: RunRecord) -> dict[str, Any]:
 
 def to_run(row: dict[str, Any]) -> RunRecord:
     """A RunRecord from a ``pyrula_runs`` row."""
-    flow = FlowControl(
-        rate_key=row["rate_key"],
-        rate_per_second=row["rate_per_second"],
-        rate_burst=row["rate_burst"],
-        owner_concurrency=row["owner_concurrency"],
-    )
     values = {name: row[name] for name in RUN_FIELDS}
     values["status"] = RunStatus(row["status"])
-    return RunRecord(**values, flow=NO_FLOW if flow.is_empty and flow == NO_FLOW else flow)
+    return RunRecord(**values, flow=flow_of_row(row))
 
 
 def entry_params(entry: JournalEntry) -> dict[str, Any]:

@@ -18,9 +18,6 @@ class MemorySchedules:
     _s: MemoryState
     _clock: Callable[[], float]
 
-    def _create(self, new: NewRun) -> tuple[RunRecord, bool]:
-        raise NotImplementedError  # provided by MemoryStore
-
     async def create_schedule(
         self, schedule: ScheduleRecord, *, replace: bool = False
     ) -> ScheduleRecord:
@@ -132,7 +129,7 @@ class MemorySchedules:
             record = s.schedules.get(schedule_id)
             if record is None or not record.enabled or record.next_fire_at != expected_next:
                 return None
-            created, _ = self._create(run)
+            created, _ = s.create(run)
             s.schedules[schedule_id] = dataclasses.replace(
                 record, last_fire_at=fired_slot, next_fire_at=next_fire_at, updated_at=self._clock()
             )

@@ -8,9 +8,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from pyrula.workflows.errors import InvalidRunState, LeaseLost, RunNotFound
+from pyrula.workflows.errors import InvalidRunState, LeaseLost, NondeterminismError, RunNotFound
 from pyrula.workflows.records import (
     JournalEntry,
+    NewRun,
     RunRecord,
     RunStatus,
     ScheduleRecord,
@@ -18,6 +19,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.flow import Bucket
 from pyrula.workflows.stores.notify import Notifier, run_key, work_key
+from pyrula.workflows.stores.rules import idempotency_conflict, idempotency_matches, same_entry
 
 
 @dataclass
@@ -87,6 +89,58 @@ class MemoryState:
         return self.token
 
     # -- transitions -------------------------------------------------------------------
+    def create(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create the run, or return the one its idempotency key (or, for a child, its id)
+        already names; True if created."""
+        if new.idempotency_key is not None and new.idempotency_key in self.keys:
+            existing = self.runs[self.keys[new.idempotency_key]]
+            if not idempotency_matches(existing, new):
+                raise idempotency_conflict(new.idempotency_key, existing, new)
+            return existing, False
+        if new.run_id in self.runs:
+            existing = self.runs[new.run_id]
+            if new.parent_run_id is not None and existing.parent_run_id == new.parent_run_id:
+                return existing, False
+            raise InvalidRunState(f"a run with id {new.run_id!r} already exists")
+        now = self.clock()
+        record = RunRecord(
+            run_id=new.run_id,
+            workflow=new.workflow,
+            params=new.params,
+            status=RunStatus.QUEUED,
+            owner=new.owner,
+            idempotency_key=new.idempotency_key,
+            created_at=now,
+            available_at=new.start_at if new.start_at is not None else now + new.delay,
+            updated_at=now,
+            parent_run_id=new.parent_run_id,
+            flow=new.flow,
+            expires_at=new.expires_at,
+        )
+        self.seq += 1
+        self.order[new.run_id] = self.seq
+        self.journals[new.run_id] = {}
+        if new.idempotency_key is not None:
+            self.keys[new.idempotency_key] = new.run_id
+        if new.parent_run_id is not None:
+            self.children.setdefault(new.parent_run_id, set()).add(new.run_id)
+        self.enqueue(record, record.available_at)
+        return self.runs[new.run_id], True
+
+    def append(self, token: int, entry: JournalEntry) -> bool:
+        """Write ``entry`` unless an identical one is there; True if it was written."""
+        journal = self.journals[entry.run_id]
+        existing = journal.get(entry.position)
+        if existing is not None:
+            if same_entry(existing, entry):
+                return False
+            raise NondeterminismError(
+                f"run {entry.run_id!r} already recorded {existing.kind} {existing.name!r} "
+                f"at position {entry.position}, not {entry.kind} {entry.name!r}"
+            )
+        journal[entry.position] = replace(entry, token=token, recorded_at=self.clock())
+        return True
+
     def save(self, run: RunRecord) -> RunRecord:
         self.runs[run.run_id] = run
         return run

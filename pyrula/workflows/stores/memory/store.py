@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from pyrula.workflows.errors import InvalidRunState, NondeterminismError, RunNotFound
+from pyrula.workflows.errors import InvalidRunState, RunNotFound
 from pyrula.workflows.records import (
     RETRYABLE_STATUSES,
     JournalEntry,
@@ -25,27 +24,24 @@ from pyrula.workflows.records import (
     RecoveryReport,
     RunRecord,
     RunStatus,
-    Wait,
     WorkerInfo,
 )
 from pyrula.workflows.stores.base import RenewResult
 from pyrula.workflows.stores.memory import claims
 from pyrula.workflows.stores.memory.schedules import MemorySchedules
 from pyrula.workflows.stores.memory.state import MemoryState
+from pyrula.workflows.stores.memory.waits import MemoryWaits
 from pyrula.workflows.stores.notify import lease_key, news_keys, run_key, work_key
 from pyrula.workflows.stores.rules import (
     backoff_range,
     check_finish_outcome,
     dead_letter_error,
-    idempotency_conflict,
-    idempotency_matches,
     retried_position,
-    same_entry,
 )
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 
 
-class MemoryStore(MemorySchedules, ScheduleAdmin):
+class MemoryStore(MemoryWaits, MemorySchedules, ScheduleAdmin):
     """A store in this process's memory. ``clock`` is the store's time source."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -67,46 +63,9 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         s = self._s
         with s.lock:
-            record, created = self._create(new)
+            record, created = self._s.create(new)
         s.flush()
         return record, created
-
-    def _create(self, new: NewRun) -> tuple[RunRecord, bool]:
-        s = self._s
-        if new.idempotency_key is not None and new.idempotency_key in s.keys:
-            existing = s.runs[s.keys[new.idempotency_key]]
-            if not idempotency_matches(existing, new):
-                raise idempotency_conflict(new.idempotency_key, existing, new)
-            return existing, False
-        if new.run_id in s.runs:
-            existing = s.runs[new.run_id]
-            if new.parent_run_id is not None and existing.parent_run_id == new.parent_run_id:
-                return existing, False
-            raise InvalidRunState(f"a run with id {new.run_id!r} already exists")
-        now = self._clock()
-        record = RunRecord(
-            run_id=new.run_id,
-            workflow=new.workflow,
-            params=new.params,
-            status=RunStatus.QUEUED,
-            owner=new.owner,
-            idempotency_key=new.idempotency_key,
-            created_at=now,
-            available_at=new.start_at if new.start_at is not None else now + new.delay,
-            updated_at=now,
-            parent_run_id=new.parent_run_id,
-            flow=new.flow,
-            expires_at=new.expires_at,
-        )
-        s.seq += 1
-        s.order[new.run_id] = s.seq
-        s.journals[new.run_id] = {}
-        if new.idempotency_key is not None:
-            s.keys[new.idempotency_key] = new.run_id
-        if new.parent_run_id is not None:
-            s.children.setdefault(new.parent_run_id, set()).add(new.run_id)
-        s.enqueue(record, record.available_at)
-        return s.runs[new.run_id], True
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         with self._s.lock:
@@ -323,22 +282,8 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
     async def append_journal(self, token: int, entry: JournalEntry) -> bool:
         with self._s.lock:
             run = self._s.fenced(entry.run_id, token)
-            self._append(token, entry)
+            self._s.append(token, entry)
             return run.cancel_requested
-
-    def _append(self, token: int, entry: JournalEntry) -> bool:
-        """Write ``entry`` unless an identical one is there; True if it was written."""
-        journal = self._s.journals[entry.run_id]
-        existing = journal.get(entry.position)
-        if existing is not None:
-            if same_entry(existing, entry):
-                return False
-            raise NondeterminismError(
-                f"run {entry.run_id!r} already recorded {existing.kind} {existing.name!r} "
-                f"at position {entry.position}, not {entry.kind} {entry.name!r}"
-            )
-        journal[entry.position] = replace(entry, token=token, recorded_at=self._clock())
-        return True
 
     async def finish_run(
         self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
@@ -348,7 +293,7 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         with s.lock:
             run = s.fenced(run_id, token)
             if entry is not None:
-                self._append(token, entry)
+                self._s.append(token, entry)
             run = s.end(
                 run,
                 outcome.status,
@@ -371,95 +316,6 @@ class MemoryStore(MemorySchedules, ScheduleAdmin):
         with s.lock:
             run = s.fenced(run_id, token)
             s.save(replace(run, progress_state=state, progress_info=info, updated_at=self._clock()))
-
-    async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
-        s = self._s
-        with s.lock:
-            run = s.fenced(run_id, token)
-            now = self._clock()
-            if wait.signal is not None and s.signals.get(run_id, {}).get(wait.signal):
-                return False
-            if wait.child is not None and s.require(wait.child).is_terminal:
-                return False
-            if wait.wake_at is not None and wait.wake_at <= now:
-                return False
-            status = (
-                RunStatus.SLEEPING
-                if wait.signal is None and wait.child is None
-                else (RunStatus.WAITING)
-            )
-            s.save(
-                replace(
-                    run,
-                    status=status,
-                    wake_at=wait.wake_at,
-                    wait_signal=wait.signal,
-                    wait_child=wait.child,
-                    lease_expires_at=None,
-                    updated_at=now,
-                )
-            )
-            s.note(run_key(run_id))
-            if run.flow.owner_concurrency is not None:  # a slot of its owner is free again
-                s.note(work_key(run.workflow))
-        s.flush()
-        return True
-
-    async def fire_timers(self, limit: int) -> int:
-        s = self._s
-        with s.lock:
-            now = self._clock()
-            due = sorted(
-                (
-                    run
-                    for run in s.runs.values()
-                    if run.status in (RunStatus.SLEEPING, RunStatus.WAITING)
-                    and run.wake_at is not None
-                    and run.wake_at <= now
-                ),
-                key=lambda r: (r.wake_at, s.order[r.run_id]),
-            )[:limit]
-            for run in due:
-                s.enqueue(run, now)
-        s.flush()
-        return len(due)
-
-    # -- signals and children ----------------------------------------------------------
-    async def send_signal(self, run_id: str, name: str, payload: str) -> None:
-        s = self._s
-        with s.lock:
-            run = s.require_live(run_id)
-            s.signals.setdefault(run_id, {}).setdefault(name, deque()).append(payload)
-            if run.status is RunStatus.WAITING and run.wait_signal == name:
-                s.enqueue(run, self._clock())
-        s.flush()
-
-    async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
-        s = self._s
-        with s.lock:
-            s.fenced(entry.run_id, token)
-            existing = s.journals[entry.run_id].get(entry.position)
-            if existing is not None and existing.kind == entry.kind and existing.name == entry.name:
-                return existing.value
-            pending = s.signals.get(entry.run_id, {}).get(entry.name)
-            if not pending:
-                return None
-            payload = pending[0]
-            self._append(token, replace(entry, value=payload))
-            pending.popleft()
-            return payload
-
-    async def start_child(self, token: int, entry: JournalEntry, child: NewRun) -> RunRecord:
-        s = self._s
-        with s.lock:
-            s.fenced(entry.run_id, token)
-            existing = s.journals[entry.run_id].get(entry.position)
-            if existing is not None and not same_entry(existing, entry):
-                self._append(token, entry)  # raises NondeterminismError
-            record, _ = self._create(child)
-            self._append(token, entry)
-        s.flush()
-        return record
 
     # -- housekeeping ------------------------------------------------------------------
     async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:

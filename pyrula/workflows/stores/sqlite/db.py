@@ -15,6 +15,7 @@ from typing import TypeVar
 from pyrula.workflows.errors import PayloadError, StoreUnavailable
 from pyrula.workflows.stores.notify import Notifier
 from pyrula.workflows.stores.sqlite import sql
+from pyrula.workflows.stores.sqlite.tx import Tx
 
 T = TypeVar("T")
 Keys = tuple[str, ...]
@@ -88,6 +89,16 @@ class Database:
             return result
 
         return await self.call(tx)
+
+    async def transact(self, fn: Callable[[Tx], T]) -> T:
+        """Run ``fn`` in one write transaction (:meth:`write`); notify the keys it noted
+        after the commit."""
+
+        def body(conn: sqlite3.Connection, now: float) -> tuple[T, Keys]:
+            tx = Tx(conn, now, self.url)
+            return fn(tx), tuple(tx.keys)
+
+        return await self.write(body)
 
     async def close(self) -> None:
         if self.closed:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
 from typing import TypeVar
 
 from pyrula.workflows.errors import ScheduleExists, ScheduleNotFound
@@ -34,9 +33,6 @@ class SqliteSchedules:
 
     url: str
     _db: Database
-
-    async def _write(self, fn: Callable[[Tx], T]) -> T:
-        raise NotImplementedError  # provided by SqliteStore
 
     async def create_schedule(
         self, schedule: ScheduleRecord, *, replace: bool = False
@@ -68,7 +64,7 @@ class SqliteSchedules:
             _changed(t)
             return to_schedule(stored)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         row = await self._db.call(lambda conn: one(conn, "get_schedule", schedule_id=schedule_id))
@@ -100,7 +96,7 @@ class SqliteSchedules:
             _changed(t)
             return to_schedule(row)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         def tx(t: Tx) -> bool:
@@ -109,7 +105,7 @@ class SqliteSchedules:
             _changed(t)
             return True
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def due_schedules(self, limit: int) -> list[ScheduleRecord]:
         rows = await self._db.call(
@@ -164,7 +160,7 @@ class SqliteSchedules:
             created, _ = t.create(run)
             return created
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
 
 def _changed(t: Tx) -> None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from pyrula.workflows.errors import InvalidRunState, RunNotFound
+from pyrula.workflows.errors import InvalidRunState
 from pyrula.workflows.records import (
     RETRYABLE_STATUSES,
     JournalEntry,
@@ -25,20 +23,17 @@ from pyrula.workflows.records import (
     WorkerInfo,
 )
 from pyrula.workflows.stores.base import RenewResult
-from pyrula.workflows.stores.notify import lease_key, news_keys, run_key, work_key
+from pyrula.workflows.stores.notify import news_keys, run_key, work_key
 from pyrula.workflows.stores.rules import backoff_range, check_finish_outcome, dead_letter_error
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 from pyrula.workflows.stores.sqlite import claims, sql, waits
-from pyrula.workflows.stores.sqlite.db import POLL_MAX, POLL_MIN, Database, Keys, remaining
+from pyrula.workflows.stores.sqlite.db import Database
 from pyrula.workflows.stores.sqlite.schedules import SqliteSchedules
 from pyrula.workflows.stores.sqlite.sql import many, one, to_entry, to_run
 from pyrula.workflows.stores.sqlite.tx import Tx
+from pyrula.workflows.stores.sqlite.watch import SqliteWatch
 
 T = TypeVar("T")
-
-
-NEWS_POLL = 0.25
-"""Seconds between two reads of ``data_version`` while waiting for lease news."""
 
 
 def tell(t: Tx, run: RunRecord) -> None:
@@ -50,7 +45,7 @@ def tell(t: Tx, run: RunRecord) -> None:
         t.run("lease_news_set", worker_id=run.worker_id, at=t.now)
 
 
-class SqliteStore(SqliteSchedules, ScheduleAdmin):
+class SqliteStore(SqliteWatch, SqliteSchedules, ScheduleAdmin):
     """A store in one SQLite file (WAL mode), safe for many processes on one machine.
 
     * **One thread.** Every sqlite3 call runs on this store's own single-thread executor,
@@ -91,15 +86,6 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
 
-    async def _write(self, fn: Callable[[Tx], T]) -> T:
-        """Run ``fn`` in one write transaction; notify the keys it noted after the commit."""
-
-        def body(conn: sqlite3.Connection, now: float) -> tuple[T, Keys]:
-            tx = Tx(conn, now, self.url)
-            return fn(tx), tuple(tx.keys)
-
-        return await self._db.write(body)
-
     # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
         await self._db.call(lambda conn: None)
@@ -112,7 +98,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
 
     # -- runs ------------------------------------------------------------------------
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        return await self._write(lambda tx: tx.create(new))
+        return await self._db.transact(lambda tx: tx.create(new))
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._db.call(lambda conn: one(conn, "get_run", run_id=run_id))
@@ -140,32 +126,6 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
         )
         return [to_run(row) for row in rows]
 
-    async def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        key = run_key(run_id)
-
-        def read(conn: sqlite3.Connection) -> tuple[int, sqlite3.Row | None]:
-            return self._db.data_version(conn), one(conn, "get_run", run_id=run_id)
-
-        while True:
-            fut = self._db.notifier.register(key)
-            try:
-                version, row = await self._db.call(read)
-                if row is None:
-                    raise RunNotFound(f"no run with id {run_id!r} in {self.url}")
-                run = to_run(row)
-                if run.is_terminal or self._db.closed or remaining(deadline) == 0.0:
-                    return run
-                interval = POLL_MIN
-                while await self._db.nap([fut], deadline, interval):
-                    if version != await self._db.poll_version():
-                        break
-                    interval = min(2 * interval, POLL_MAX)
-                if self._db.closed:
-                    return run
-            finally:
-                self._db.notifier.unregister(key, fut)
-
     async def delete_run(self, run_id: str) -> bool:
         def tx(t: Tx) -> bool:
             row = t.one("get_run", run_id=run_id)
@@ -179,7 +139,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             _forget(t, run)
             return True
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def purge_runs(self, ended_before: float, limit: int) -> int:
         if limit <= 0:
@@ -191,7 +151,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 _forget(t, to_run(row))
             return len(rows)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def ended_runs(self, after: tuple[float, str] | None, limit: int) -> list[RunRecord]:
         at, run_id = after if after is not None else (-math.inf, "")
@@ -211,7 +171,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                     t.end("cancel_now", target)
             return t.require(run_id)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def terminate_run(self, run_id: str) -> RunRecord:
         def tx(t: Tx) -> RunRecord:
@@ -221,7 +181,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 t.end("terminate_run", target)
             return t.require(run_id)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def retry_run(self, run_id: str) -> RunRecord:
         def tx(t: Tx) -> RunRecord:
@@ -247,88 +207,9 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             t.note(work_key(run.workflow), run_key(run_id))
             return to_run(row)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     # -- queue and leases ------------------------------------------------------------
-    async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
-        """This process's news through the notifier, at once; another process's through
-        the worker's ``lease_news`` row, looked for whenever ``data_version`` moved
-        (read every ``NEWS_POLL``)."""
-        notifier, key = self._db.notifier, lease_key(worker_id)
-        deadline = time.monotonic() + max(0.0, timeout)
-        if notifier.closed or self._db.closed:
-            await asyncio.sleep(max(0.0, timeout))
-            return False
-        fut = notifier.register(key)
-        try:
-            seen = await self._db.poll_version()
-            while seen is not None:
-                if fut.done() or notifier.kept(key):
-                    await self._take_news(worker_id)  # the row it set is answered too
-                    return True
-                if await self._take_news(worker_id):
-                    return True
-                while await self._db.nap([fut], deadline, NEWS_POLL):
-                    version = await self._db.poll_version()
-                    if version != seen:
-                        seen = version
-                        break
-                else:
-                    if not fut.done():
-                        return False  # the deadline, or the store closed
-            return False
-        finally:
-            notifier.unregister(key, fut)
-
-    async def _take_news(self, worker_id: str) -> bool:
-        """Whether the worker's ``lease_news`` row was there (it is deleted): a read,
-        and a write only when there is news."""
-
-        def read(conn: sqlite3.Connection) -> bool:
-            return one(conn, "lease_news_get", worker_id=worker_id) is not None
-
-        if not await self._db.call(read):
-            return False
-
-        def take(t: Tx) -> None:
-            t.run("lease_news_take", worker_id=worker_id)
-
-        await self._write(take)
-        return True
-
-    async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> None:
-        names = list(dict.fromkeys(workflows))
-        if not names:
-            return
-        deadline = time.monotonic() + timeout
-        futs = [(key, self._db.notifier.register(key)) for key in map(work_key, names)]
-
-        def has_work(conn: sqlite3.Connection) -> bool:
-            now = self._db.clock()
-            return any(one(conn, "has_work", workflow=n, now=now) for n in names)
-
-        try:
-            # Compare with the version our last claim (or wake-up) saw, so a run created
-            # by another process since then is not missed.
-            seen = self._work_version
-            interval = POLL_MIN
-            while True:
-                current = await self._db.poll_version()
-                if current is None:
-                    return
-                if seen is not None and current != seen:
-                    self._work_version = current
-                    if await self._db.call(has_work):
-                        return
-                    interval = POLL_MIN
-                seen = current
-                if not await self._db.nap([f for _, f in futs], deadline, interval):
-                    return
-                interval = min(2 * interval, POLL_MAX)
-        finally:
-            for key, fut in futs:
-                self._db.notifier.unregister(key, fut)
-
     async def claim_runs(
         self,
         worker_id: str,
@@ -344,7 +225,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             self._work_version = self._db.data_version(t.conn)
             return claims.claim(t, worker_id, workflows, limit, lease_ttl, ahead)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def next_due_at(self, workflows: Sequence[str]) -> float | None:
         return await self._db.call(
@@ -375,7 +256,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
 
         if not leases:
             return RenewResult()
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def load_journal(self, run_id: str) -> list[JournalEntry]:
         rows = await self._db.call(lambda conn: many(conn, "load_journal", run_id=run_id))
@@ -387,7 +268,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             t.append(token, entry)
             return cancel_requested
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def finish_run(
         self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
@@ -412,7 +293,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 raise t.lease_lost(run_id, token)
             return t.ended(to_run(row), RunStatus.RUNNING)
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     async def release_run(self, run_id: str, token: int, available_at: float | None = None) -> None:
         def tx(t: Tx) -> None:
@@ -427,7 +308,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 raise t.lease_lost(run_id, token)
             t.note(work_key(row["workflow"]))
 
-        await self._write(tx)
+        await self._db.transact(tx)
 
     async def set_progress(self, run_id: str, token: int, state: str, info: str) -> None:
         def tx(t: Tx) -> None:
@@ -435,23 +316,23 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
             if not t.run("set_progress", run_id=run_id, token=token, **params):
                 raise t.lease_lost(run_id, token)
 
-        await self._write(tx)
+        await self._db.transact(tx)
 
     async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
-        return await self._write(lambda t: waits.suspend(t, run_id, token, wait))
+        return await self._db.transact(lambda t: waits.suspend(t, run_id, token, wait))
 
     async def fire_timers(self, limit: int) -> int:
-        return await self._write(lambda t: waits.fire_timers(t, limit))
+        return await self._db.transact(lambda t: waits.fire_timers(t, limit))
 
     # -- signals and children ----------------------------------------------------------
     async def send_signal(self, run_id: str, name: str, payload: str) -> None:
-        await self._write(lambda t: waits.send_signal(t, run_id, name, payload))
+        await self._db.transact(lambda t: waits.send_signal(t, run_id, name, payload))
 
     async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
-        return await self._write(lambda t: waits.consume_signal(t, token, entry))
+        return await self._db.transact(lambda t: waits.consume_signal(t, token, entry))
 
     async def start_child(self, token: int, entry: JournalEntry, child: NewRun) -> RunRecord:
-        return await self._write(lambda t: waits.start_child(t, token, entry, child))
+        return await self._db.transact(lambda t: waits.start_child(t, token, entry, child))
 
     # -- housekeeping ------------------------------------------------------------------
     async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
@@ -469,7 +350,7 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                     requeued.append(run.run_id)
             return RecoveryReport(requeued=tuple(requeued), dead=tuple(dead))
 
-        return await self._write(tx)
+        return await self._db.transact(tx)
 
     # -- workers ---------------------------------------------------------------------
     async def heartbeat(self, info: WorkerInfo) -> None:
@@ -485,14 +366,14 @@ class SqliteStore(SqliteSchedules, ScheduleAdmin):
                 running=info.running,
             )
 
-        await self._write(tx)
+        await self._db.transact(tx)
 
     async def remove_worker(self, worker_id: str) -> None:
         def tx(t: Tx) -> None:
             t.run("delete_worker", worker_id=worker_id)
             t.run("lease_news_take", worker_id=worker_id)  # news nobody will read
 
-        await self._write(tx)
+        await self._db.transact(tx)
 
     async def list_workers(self) -> list[WorkerInfo]:
         rows = await self._db.call(lambda conn: many(conn, "list_workers"))

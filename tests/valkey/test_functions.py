@@ -9,7 +9,12 @@ import valkey
 from pyrula.workflows import StoreUnavailable
 from pyrula.workflows.records import RunStatus
 from pyrula.workflows.stores.valkey import ValkeyStore
-from pyrula.workflows.stores.valkey.functions import build_library, library, upgrade_scripts
+from pyrula.workflows.stores.valkey.functions import (
+    build_library,
+    library,
+    prune_stale_function_libraries,
+    upgrade_scripts,
+)
 from pyrula.workflows.stores.valkey.keys import TOMBSTONE
 from tests.stores.helpers import TTL, create
 from tests.valkey.servers import ValkeyClusterProcesses, ValkeyProcess, fresh_namespace
@@ -84,6 +89,22 @@ async def test_upgrade_scripts_loads_without_pruning(own_server: ValkeyProcess) 
         assert upgrade_scripts(own_server.url, prune_stale=False) == []
         assert libraries(raw) == {library().name, OLD_BUILD.name}
         await create(old)  # nothing was pruned
+    finally:
+        raw.close()
+        await old.close()
+
+
+async def test_prune_stale_function_libraries_is_the_pruning_upgrade(
+    own_server: ValkeyProcess,
+) -> None:
+    old = await old_build_store(own_server.url, fresh_namespace())
+    raw = own_server.client()
+    try:
+        assert prune_stale_function_libraries(own_server.url) == [OLD_BUILD.name]
+        assert libraries(raw) == {library().name}
+        assert raw.sismember(TOMBSTONE, OLD_BUILD.name)
+        with pytest.raises(StoreUnavailable, match="pruned"):
+            await create(old)
     finally:
         raw.close()
         await old.close()

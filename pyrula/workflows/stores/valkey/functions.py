@@ -200,6 +200,13 @@ def upgrade_scripts(url: str, prune_stale: bool = True, *, cluster: bool = False
     return run_blocking(lambda: _upgrade(url, prune_stale, cluster))
 
 
+def prune_stale_function_libraries(url: str, *, cluster: bool = False) -> list[str]:
+    """``upgrade_scripts(url, prune_stale=True)``: load this build's library and delete
+    every other build's, recording them in the tombstone. The one call a deploy job
+    needs the ``+function`` ACL category for; returns the names it removed."""
+    return upgrade_scripts(url, prune_stale=True, cluster=cluster)
+
+
 async def _upgrade(url: str, prune_stale: bool, cluster: bool) -> list[str]:
     import valkey.asyncio as valkey_async
     from valkey.asyncio.cluster import ValkeyCluster

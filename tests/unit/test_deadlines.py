@@ -1,4 +1,4 @@
-"""Time limits on store calls (stores/valkey/deadlines.py): asyncio.timeout's contract with
+"""Time limits on store calls (stores/deadlines.py): asyncio.timeout's contract with
 one timer per loop for every call in flight."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from pyrula.workflows.stores.valkey.deadlines import deadline
+from pyrula.workflows.stores.deadlines import deadline
 
 
 async def test_a_call_past_its_limit_raises_timeout_error_at_its_limit() -> None:

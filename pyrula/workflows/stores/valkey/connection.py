@@ -41,6 +41,7 @@ from pyrula.workflows.errors import (
     StoreError,
     StoreUnavailable,
 )
+from pyrula.workflows.stores.deadlines import deadline
 from pyrula.workflows.stores.valkey import functions
 from pyrula.workflows.stores.valkey.aio import execute, roundtrip, use_lean_parser
 from pyrula.workflows.stores.valkey.clients import (
@@ -54,7 +55,6 @@ from pyrula.workflows.stores.valkey.clients import (
     mask_url,
 )
 from pyrula.workflows.stores.valkey.dataloss import DataLoss
-from pyrula.workflows.stores.valkey.deadlines import deadline
 from pyrula.workflows.stores.valkey.keys import Keys
 from pyrula.workflows.stores.valkey.resp import pack_command
 

@@ -6,8 +6,10 @@ an archive is built, so pyrula without it still imports. Statements are in
 
 Driver errors are translated here and never leak: a connection that fails is
 :class:`~pyrula.workflows.errors.StoreUnavailable` (naming the archive, password
-masked), a missing table :class:`~pyrula.workflows.errors.ArchiveSchemaMismatch`, any
-other database error :class:`~pyrula.workflows.errors.StoreError`.
+masked), and so is an operation that takes longer than ``query_timeout`` (a server that
+stopped answering: the connection is dropped), a missing table
+:class:`~pyrula.workflows.errors.ArchiveSchemaMismatch`, any other database error
+:class:`~pyrula.workflows.errors.StoreError`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pyrula.workflows.records import JournalEntry, RunRecord, RunStatus
 from pyrula.workflows.stores.archive.base import ArchiveCursor, PurgeCandidate
 from pyrula.workflows.stores.archive.postgres import sql
 from pyrula.workflows.stores.archive.postgres.sql import Q
+from pyrula.workflows.stores.deadlines import deadline
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -85,20 +88,34 @@ class PostgresArchive:
       archives in one database. One archive serves one live store (namespace).
     * ``pool_size``: connections kept open at most (opened on demand).
     * ``connect_timeout``: seconds a connection attempt may take.
+    * ``query_timeout``: seconds one operation (waiting for a pooled connection, then its
+      statements) may take before it fails with ``StoreUnavailable`` and its connection
+      is dropped, so a Postgres that stopped answering holds up no caller for longer.
 
     :meth:`migrate` creates the schema (``pyrula db migrate``); :meth:`open` and
     :meth:`check` refuse a missing schema, or one another pyrula version migrated, with
     :class:`~pyrula.workflows.errors.ArchiveSchemaMismatch`.
     """
 
-    def __init__(self, dsn: str, *, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 4,
+        connect_timeout: float = 5.0,
+        query_timeout: float = 30.0,
+    ) -> None:
         _require_psycopg()
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size!r}")
+        for name, value in (("connect_timeout", connect_timeout), ("query_timeout", query_timeout)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
         self._dsn = dsn
         self.url = mask_dsn(dsn)
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
+        self.query_timeout = query_timeout
         self._idle: list[AsyncConnection[Any]] = []
         self._slots: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,34 +149,36 @@ class PostgresArchive:
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[AsyncConnection[Any]]:
-        """A pooled connection, errors translated; a connection that saw an error is
-        closed rather than reused."""
+        """A pooled connection for one operation, within ``query_timeout``, errors
+        translated; a connection that saw an error (or the time limit) is closed rather
+        than reused."""
         import psycopg
         from psycopg import errors as pgerrors
 
-        async with self._for_this_loop():
-            conn: AsyncConnection[Any] | None = None
-            try:
-                conn = self._idle.pop() if self._idle else await self._connect()
-                yield conn
-            except pgerrors.UndefinedTable as exc:
-                await _discard(conn)
-                raise missing_schema(self.url) from exc
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                await _discard(conn)
-                raise StoreUnavailable(
-                    f"the Postgres archive at {self.url} is unavailable: {_first_line(exc)}"
-                ) from exc
-            except psycopg.Error as exc:
-                await _discard(conn)
-                raise StoreError(f"the Postgres archive at {self.url}: {_first_line(exc)}") from exc
-            except BaseException:
-                await _discard(conn)
-                raise
-            else:
-                if conn.closed:
-                    return
-                self._idle.append(conn)
+        conn: AsyncConnection[Any] | None = None
+        try:
+            async with deadline(self.query_timeout), self._for_this_loop():
+                try:
+                    conn = self._idle.pop() if self._idle else await self._connect()
+                    yield conn
+                except BaseException:
+                    await _discard(conn)
+                    raise
+                if not conn.closed:
+                    self._idle.append(conn)
+        except TimeoutError as exc:
+            raise StoreUnavailable(
+                f"the Postgres archive at {self.url} did not answer within "
+                f"{self.query_timeout:g} s (query_timeout)"
+            ) from exc
+        except pgerrors.UndefinedTable as exc:
+            raise missing_schema(self.url) from exc
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise StoreUnavailable(
+                f"the Postgres archive at {self.url} is unavailable: {_first_line(exc)}"
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"the Postgres archive at {self.url}: {_first_line(exc)}") from exc
 
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self) -> None:

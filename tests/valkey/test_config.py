@@ -110,6 +110,37 @@ def test_open_store_unix_socket_and_cluster_options() -> None:
         open_store("redis://h:1?shard_count=many")
 
 
+def test_a_misspelt_url_option_is_refused_at_construction_with_a_suggestion() -> None:
+    # valkey-py would hand it to the connection, failing only at connect time, as if
+    # the server were unreachable.
+    for make in (ValkeyStore, open_store):
+        with pytest.raises(ConfigurationError, match=r"unknown option 'namespce'.*'namespace'"):
+            make("redis://:s3cret@127.0.0.1:6390/0?namespce=staging")
+    with pytest.raises(ConfigurationError, match="unknown option 'bogus'") as caught:
+        open_store("redis://:s3cret@127.0.0.1:6390/0?bogus=1&cluster=true")
+    assert "s3cret" not in str(caught.value)
+
+
+def test_store_options_in_a_url_given_to_the_store_itself_say_where_they_go() -> None:
+    with pytest.raises(ConfigurationError, match=r"store option: pass namespace=\.\.\. to"):
+        ValkeyStore("redis://127.0.0.1:6390/0?namespace=staging")
+    with pytest.raises(ConfigurationError, match="decodes replies itself"):
+        open_store("redis://127.0.0.1:6390/0?decode_responses=true")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h:1/2?client_name=api&health_check_interval=30&socket_keepalive=yes",
+        "rediss://h:1/0?ssl_cert_reqs=none&ssl_check_hostname=false",
+        "unix:///tmp/valkey.sock?db=3&max_connections=20",
+    ],
+)
+def test_connection_options_in_a_url_are_accepted(url: str) -> None:
+    assert ValkeyStore(url).url == url
+    assert open_store(url + "&namespace=n1").namespace == "n1"  # type: ignore[attr-defined]
+
+
 def test_passwords_are_masked() -> None:
     url = "redis://user:s3cret@127.0.0.1:6379/0"
     assert mask_url(url) == "redis://user:***@127.0.0.1:6379/0"

@@ -28,7 +28,6 @@ from typing import Any
 import valkey.asyncio as valkey_async
 from valkey import exceptions as vex
 from valkey.asyncio.cluster import ValkeyCluster
-from valkey.asyncio.connection import parse_url
 
 from pyrula.workflows.errors import (
     ConfigurationError,
@@ -57,6 +56,7 @@ from pyrula.workflows.stores.valkey.clients import (
 from pyrula.workflows.stores.valkey.dataloss import DataLoss
 from pyrula.workflows.stores.valkey.keys import Keys
 from pyrula.workflows.stores.valkey.resp import pack_command
+from pyrula.workflows.stores.valkey.urls import check_url
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +92,7 @@ class Server(DataLoss):
     ) -> None:
         self.url = url
         self.masked = mask_url(url)
-        try:
-            parse_url(url)
-        except ValueError as exc:  # a scheme, port or option valkey-py can't use
-            raise ConfigurationError(f"invalid Valkey URL {self.masked!r}: {exc}") from None
+        check_url(url, self.masked)
         self.keys = keys
         self.cluster = cluster
         self.socket_timeout = socket_timeout

@@ -26,18 +26,11 @@ from pyrula.workflows.stores.valkey.runs import RunOps
 from pyrula.workflows.stores.valkey.schedules import ScheduleOps
 from pyrula.workflows.stores.valkey.shards import ShardLeases
 from pyrula.workflows.stores.valkey.timers import TimerOps
+from pyrula.workflows.stores.valkey.urls import STORE_OPTIONS
 
 log = logging.getLogger(__name__)
 
 NAMESPACE_ENV = "PYRULA_VALKEY_NAMESPACE"
-STORE_OPTIONS = (
-    "namespace",
-    "shard_count",
-    "cluster",
-    "shard_lease_ttl",
-    "shard_lease_interval",
-    "socket_timeout",
-)
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 

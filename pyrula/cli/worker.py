@@ -196,8 +196,9 @@ def import_workflow_modules(names: Iterable[str]) -> None:
     envvar="PYRULA_STORE_URL",
     show_envvar=True,
     metavar="URL",
-    help=f"Store URL: sqlite:///relative.db, sqlite:////abs/path.db or memory:// "
-    f"[default: {DEFAULT_STORE_URL}]",
+    help="Store URL: sqlite:///relative.db, sqlite:////abs/path.db, "
+    "redis://host:6379/0?namespace=NAME (also rediss://, valkey://, valkeys://, unix://; "
+    f"add cluster=true for a cluster) or memory:// [default: {DEFAULT_STORE_URL}]",
 )
 @click.option(
     "--postgres-dsn",

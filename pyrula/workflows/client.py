@@ -35,16 +35,18 @@ def seconds(value: Delay, what: str) -> float:
     return float(result)
 
 
-def epoch(value: datetime | float) -> float:
+def epoch(value: datetime | float, name: str) -> float:
+    """``value`` (an aware datetime or epoch seconds) as epoch seconds; ``name`` is the
+    argument's, for the error."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidParams(
-                f"{value!r} has no timezone; pass an aware datetime "
+                f"{name}={value!r} has no timezone; pass an aware datetime "
                 "(e.g. datetime.now(timezone.utc) + ...)"
             )
         return value.timestamp()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidParams(f"start_at must be an aware datetime or epoch seconds, got {value!r}")
+        raise InvalidParams(f"{name} must be an aware datetime or epoch seconds, got {value!r}")
     return float(value)
 
 
@@ -227,9 +229,9 @@ class WorkflowClient:
             owner=owner if owner is not None else DEFAULT_OWNER,
             idempotency_key=idempotency_key,
             delay=0.0 if delay is None else seconds(delay, "delay"),
-            start_at=None if start_at is None else epoch(start_at),
+            start_at=None if start_at is None else epoch(start_at, "start_at"),
             flow=NO_FLOW if definition is None else flow_for(definition, params),
-            expires_at=None if expires_at is None else epoch(expires_at),
+            expires_at=None if expires_at is None else epoch(expires_at, "expires_at"),
         )
 
     def _check_params(self, definition: WorkflowDefinition, params: Mapping[str, Any]) -> None:

@@ -231,12 +231,31 @@ def _check_every(every: timedelta | float) -> float:
     return float(value)
 
 
+_NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""Cron's nicknames, refused with the fields to write instead."""
+
+
 def _check_cron(cron: str | None) -> None:
     if not isinstance(cron, str) or not cron.strip():
         raise InvalidSchedule("cron expression is empty; expected 5 fields, e.g. '0 2 * * *'")
     if not cron.isascii():
         raise InvalidSchedule(f"cron {cron!r} has non-ASCII characters; use ASCII digits")
     fields = cron.split()
+    nickname = _NICKNAMES.get(cron.strip().lower())
+    if cron.strip().lower() == "@reboot":
+        raise InvalidSchedule("cron '@reboot' is not a time: submit the run from start-up code")
+    if nickname is not None:
+        raise InvalidSchedule(
+            f"cron {cron!r}: nicknames are not accepted; write its 5 fields, {nickname!r}"
+        )
     if len(fields) != 5:
         raise InvalidSchedule(
             f"cron {cron!r} has {len(fields)} fields; expected 5 "

@@ -4,6 +4,8 @@ worker, and cancel/terminate cascading from a parent to its running child."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -127,6 +129,26 @@ async def test_gather_of_something_else_than_an_operation_fails_the_run(
         await handle.result(timeout=5)
     assert caught.value.error_type.endswith("WorkflowError")
     assert ran == []  # refused before any branch started
+
+
+async def test_gather_of_a_coroutine_fails_the_run_and_closes_the_coroutine(
+    engine_store: Store, registry: Registry, start_worker: StartWorker
+) -> None:
+    async def plain() -> int:  # not a step: a mistake gather refuses
+        return 1
+
+    @workflow(registry=registry)
+    async def misuse(ctx: WorkflowContext) -> Any:
+        return await ctx.gather(plain())  # type: ignore[arg-type]
+
+    await start_worker(engine_store, [misuse])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        handle = await WorkflowClient(engine_store, registry=registry).submit(misuse)
+        with pytest.raises(DurableInvocationError, match=r"ctx\.gather takes step calls"):
+            await handle.result(timeout=5)
+        gc.collect()
+    assert not [w for w in seen if "never awaited" in str(w.message)]
 
 
 async def test_run_child_returns_its_result_and_raises_its_error(

@@ -92,15 +92,28 @@ async def test_an_unknown_workflow_is_refused(engine_store: Store, registry: Reg
         {"delay": "5"},
         {"start_at": datetime(2030, 1, 1, 12, 0)},  # naive
         {"start_at": math.nan},
+        {"expires_at": "x"},
+        {"expires_at": datetime(2030, 1, 1, 12, 0)},
     ],
-    ids=["negative", "nan", "inf", "negative-timedelta", "str", "naive-datetime", "nan-start"],
+    ids=[
+        "negative",
+        "nan",
+        "inf",
+        "negative-timedelta",
+        "str",
+        "naive-datetime",
+        "nan-start",
+        "str-expiry",
+        "naive-expiry",
+    ],
 )
 async def test_bad_delays_and_start_times(
     engine_store: Store, registry: Registry, timing: dict[str, Any]
 ) -> None:
     client = _client(engine_store, registry)
-    with pytest.raises(InvalidParams):
+    with pytest.raises(InvalidParams) as caught:
         await client.submit("takes_items", {"items": []}, **timing)
+    assert next(iter(timing)) in str(caught.value)  # the message names the argument
     assert await engine_store.list_runs() == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -139,6 +140,20 @@ def test_first_slot_of_a_stored_schedule_is_after_now() -> None:
 def test_a_malformed_cron_is_refused_at_create(cron: str) -> None:
     with pytest.raises(InvalidSchedule):
         Schedule.create("tick", cron)
+
+
+@pytest.mark.parametrize(
+    ("cron", "fields"),
+    [("@daily", "0 0 * * *"), ("@HOURLY", "0 * * * *"), (" @weekly ", "0 0 * * 0")],
+)
+def test_a_cron_nickname_is_refused_with_the_fields_to_write(cron: str, fields: str) -> None:
+    with pytest.raises(
+        InvalidSchedule,
+        match=re.escape(f"nicknames are not accepted; write its 5 fields, '{fields}'"),
+    ):
+        Schedule.create("tick", cron)
+    with pytest.raises(InvalidSchedule, match="start-up code"):
+        Schedule.create("tick", "@reboot")
 
 
 def test_invalid_schedule_is_a_configuration_error() -> None:

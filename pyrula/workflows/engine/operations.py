@@ -7,6 +7,7 @@ in argument order), so the numbering is the same on every replay.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from datetime import datetime, timedelta, timezone
@@ -244,12 +245,18 @@ async def gather(operations: tuple[Any, ...], return_exceptions: bool) -> list[A
     Positions are reserved in argument order before any starts. Every branch is awaited
     to the end before an error or a suspension is raised, so no step is left running.
     """
+    bad = [op for op in operations if not isinstance(op, Operation)]
+    if bad:
+        # Checked before any position is reserved; a coroutine passed by mistake is
+        # closed, so it does not also warn that it was never awaited.
+        for op in bad:
+            if inspect.iscoroutine(op):
+                op.close()
+        raise WorkflowError(
+            "ctx.gather takes step calls and ctx.run_child(...) calls; run a branch of "
+            f"several steps as a child workflow instead (got {bad[0]!r})"
+        )
     for operation in operations:
-        if not isinstance(operation, Operation):
-            raise WorkflowError(
-                "ctx.gather takes step calls and ctx.run_child(...) calls; run a branch of "
-                f"several steps as a child workflow instead (got {operation!r})"
-            )
         operation.reserve()
     tasks = [asyncio.ensure_future(op) for op in operations]
     outcomes = await asyncio.gather(*tasks, return_exceptions=True)

@@ -9,9 +9,14 @@ Run it from the repository root against a local Valkey and Postgres::
     python -m examples.archive_worker --valkey-url redis://localhost:6379
 
 (``--postgres-dsn`` may be given instead of the variable.) No Postgres at hand?
-``pip install pgserver``, then this prints the DSN of a private one::
+``pip install pgserver``, then this starts a private one and prints its DSN. Without
+``cleanup_mode=None`` the server would stop when that Python exits::
 
-    python -c "import pgserver; print(pgserver.get_server('/tmp/pg').get_uri())"
+    python -c "import pgserver; print(pgserver.get_server('/tmp/pg', cleanup_mode=None).get_uri())"
+
+and this stops it when you are done::
+
+    python -c "import pgserver; pgserver.get_server('/tmp/pg').cleanup()"
 
 What it does: starts a worker on ``ArchivingStore(ValkeyStore, PostgresArchive)`` with a
 short ``live_ttl_after_archive`` (2 s, for the demo; the default is 300), submits three

@@ -154,8 +154,8 @@ async def export_table(ctx: WorkflowContext, table: str) -> int:
     return await ctx.step("export", lambda: len(table) * 100)  # type: ignore[no-any-return]
 
 
-def across_workers() -> None:
-    store = open_store(f"sqlite:///{tempfile.mkdtemp()}/composition.db")
+def across_workers(path: str) -> None:
+    store = open_store(f"sqlite:///{path}")
     client = WorkflowClient(store)
     options = WorkerOptions(claim_poll_interval=0.05)
     # One worker serves the parent workflow only, the other the child only.
@@ -186,7 +186,8 @@ def across_workers() -> None:
 def main() -> None:
     asyncio.run(in_the_test_env())
     asyncio.run(retry_after_a_child_failed())
-    across_workers()
+    with tempfile.TemporaryDirectory() as directory:
+        across_workers(f"{directory}/composition.db")
 
 
 if __name__ == "__main__":

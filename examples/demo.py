@@ -23,8 +23,6 @@ from pyrula.workflows import (
 )
 from pyrula.workflows.sync import WorkflowClient
 
-STORE_URL = f"sqlite:///{os.path.join(tempfile.mkdtemp(prefix='pyrula-demo-'), 'demo.db')}"
-
 
 @step(retry=RetryPolicy(max_attempts=3, initial_backoff=0.05))
 def charge_card(ctx: StepContext, order_id: str, amount: int) -> dict:
@@ -42,30 +40,35 @@ async def checkout(ctx: WorkflowContext, order_id: str, amount: int) -> dict:
 
 
 def main() -> None:
-    store = open_store(default=STORE_URL)
-    client = WorkflowClient(store)
-    worker = WorkflowWorker(
-        store=store,
-        workflows=[checkout],
-        options=WorkerOptions(claim_poll_interval=0.05, timer_poll_interval_s=0.1),
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
-    thread.start()
-    try:
-        run = client.submit(
-            "demo_checkout", {"order_id": "A-1001", "amount": 4200}, idempotency_key="order:A-1001"
+    with tempfile.TemporaryDirectory(prefix="pyrula-demo-") as directory:
+        store = open_store(default=f"sqlite:///{os.path.join(directory, 'demo.db')}")
+        client = WorkflowClient(store)
+        worker = WorkflowWorker(
+            store=store,
+            workflows=[checkout],
+            options=WorkerOptions(claim_poll_interval=0.05, timer_poll_interval_s=0.1),
         )
-        print(f"run {run.run_id} on {store.url}")
-        print("result:", run.result(timeout=30))
-        again = client.submit(
-            "demo_checkout", {"order_id": "A-1001", "amount": 4200}, idempotency_key="order:A-1001"
-        )
-        print("same key, same run:", again.run_id == run.run_id, "->", again.result(timeout=30))
-        print("status:", run.status().value)
-    finally:
-        worker.stop()
-        thread.join(timeout=30)
-        client.close()
+        thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
+        thread.start()
+        try:
+            run = client.submit(
+                "demo_checkout",
+                {"order_id": "A-1001", "amount": 4200},
+                idempotency_key="order:A-1001",
+            )
+            print(f"run {run.run_id} on {store.url}")
+            print("result:", run.result(timeout=30))
+            again = client.submit(
+                "demo_checkout",
+                {"order_id": "A-1001", "amount": 4200},
+                idempotency_key="order:A-1001",
+            )
+            print("same key, same run:", again.run_id == run.run_id, "->", again.result(timeout=30))
+            print("status:", run.status().value)
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+            client.close()
 
 
 if __name__ == "__main__":

@@ -79,8 +79,8 @@ def wait_for_status(handle: SyncRunHandle, status: RunStatus) -> None:
         time.sleep(0.02)
 
 
-def real_worker() -> None:
-    store = open_store(f"sqlite:///{tempfile.mkdtemp()}/durable_time.db")
+def real_worker(path: str) -> None:
+    store = open_store(f"sqlite:///{path}")
     client = WorkflowClient(store)
     worker = WorkflowWorker(
         store=store,
@@ -114,7 +114,8 @@ def real_worker() -> None:
 
 def main() -> None:
     asyncio.run(two_week_trial())
-    real_worker()
+    with tempfile.TemporaryDirectory() as directory:
+        real_worker(f"{directory}/durable_time.db")
 
 
 if __name__ == "__main__":

@@ -67,8 +67,8 @@ async def shared_limit(ctx: WorkflowContext, n: int) -> int:
     return n
 
 
-def fairness() -> None:
-    store = open_store(f"sqlite:///{tempfile.mkdtemp()}/fairness.db")
+def fairness(path: str) -> None:
+    store = open_store(f"sqlite:///{path}")
     client = WorkflowClient(store)
     big = [client.submit("sync_account", {"account": f"a{i}"}, owner="big-co") for i in range(30)]
     small = [
@@ -126,8 +126,8 @@ async def virtual_time() -> None:
         assert peak == {"studio-a": 2, "studio-b": 2}
 
 
-def shared_by_workers() -> None:
-    store = open_store(f"sqlite:///{tempfile.mkdtemp()}/shared.db")
+def shared_by_workers(path: str) -> None:
+    store = open_store(f"sqlite:///{path}")
     client = WorkflowClient(store)
     options = WorkerOptions(claim_poll_interval=0.05)
     workers = [WorkflowWorker(store=store, workflows=[shared_limit], options=options) for _ in "ab"]
@@ -156,9 +156,10 @@ def shared_by_workers() -> None:
 
 
 def main() -> None:
-    fairness()
-    asyncio.run(virtual_time())
-    shared_by_workers()
+    with tempfile.TemporaryDirectory() as directory:
+        fairness(f"{directory}/fairness.db")
+        asyncio.run(virtual_time())
+        shared_by_workers(f"{directory}/shared.db")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Every snippet in docs/quickstart.md is taken from this file.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 import threading
 from datetime import timedelta
@@ -53,7 +54,8 @@ async def onboard_user(ctx: WorkflowContext, user_id: int) -> dict[str, Any]:
 
 def main() -> None:
     # One SQLite file is queue, journal and results. PYRULA_STORE_URL, if set, wins.
-    store = open_store(default=f"sqlite:///{tempfile.mkdtemp()}/quickstart.db")
+    directory = tempfile.mkdtemp()  # deleted at the end
+    store = open_store(default=f"sqlite:///{directory}/quickstart.db")
     client = WorkflowClient(store)  # blocking; one per process, shared between threads
 
     worker = WorkflowWorker(
@@ -91,6 +93,7 @@ def main() -> None:
         worker.stop()
         thread.join(timeout=30)
         client.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

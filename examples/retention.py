@@ -41,30 +41,33 @@ async def long_nap(ctx: WorkflowContext) -> str:
 
 
 def main() -> None:
-    store = open_store(f"sqlite:///{tempfile.mkdtemp()}/retention.db")
-    worker = WorkflowWorker(
-        store=store,
-        workflows=[quick_job, long_nap],
-        options=WorkerOptions(run_retention=1.0, claim_poll_interval=0.05),
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
-    thread.start()
-    client = WorkflowClient(store)
-    try:
-        napping = client.submit("long_nap", {})
-        handles = [client.submit("quick_job", {"n": n}) for n in (2, 3, 4)]
-        print("results:", [handle.result(timeout=WAIT_LIMIT) for handle in handles])
-        print("right after:", [handle.status().value for handle in handles])
-        deadline = time.monotonic() + WAIT_LIMIT
-        while time.monotonic() < deadline and deleted(handles) < 3:
-            time.sleep(0.1)
-        gone = deleted(handles)
-        print(f"a moment later: {gone} of 3 deleted; the sleeping run is {napping.status().value}")
-        assert gone == 3 and napping.status() is RunStatus.SLEEPING
-    finally:
-        worker.stop()
-        thread.join(timeout=30)
-        client.close()
+    with tempfile.TemporaryDirectory() as directory:
+        store = open_store(f"sqlite:///{directory}/retention.db")
+        worker = WorkflowWorker(
+            store=store,
+            workflows=[quick_job, long_nap],
+            options=WorkerOptions(run_retention=1.0, claim_poll_interval=0.05),
+        )
+        thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
+        thread.start()
+        client = WorkflowClient(store)
+        try:
+            napping = client.submit("long_nap", {})
+            handles = [client.submit("quick_job", {"n": n}) for n in (2, 3, 4)]
+            print("results:", [handle.result(timeout=WAIT_LIMIT) for handle in handles])
+            print("right after:", [handle.status().value for handle in handles])
+            deadline = time.monotonic() + WAIT_LIMIT
+            while time.monotonic() < deadline and deleted(handles) < 3:
+                time.sleep(0.1)
+            gone = deleted(handles)
+            print(
+                f"a moment later: {gone} of 3 deleted; the sleeping run is {napping.status().value}"
+            )
+            assert gone == 3 and napping.status() is RunStatus.SLEEPING
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+            client.close()
 
 
 def deleted(handles: list[SyncRunHandle]) -> int:

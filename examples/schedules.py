@@ -160,11 +160,11 @@ def two_workers(path: str) -> None:
 
 
 def main() -> None:
-    directory = tempfile.mkdtemp()
-    manage(f"{directory}/manage.db")
-    dst_rule()
-    asyncio.run(virtual_days())
-    two_workers(f"{directory}/workers.db")
+    with tempfile.TemporaryDirectory() as directory:
+        manage(f"{directory}/manage.db")
+        dst_rule()
+        asyncio.run(virtual_days())
+        two_workers(f"{directory}/workers.db")
 
 
 if __name__ == "__main__":

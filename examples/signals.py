@@ -96,8 +96,8 @@ async def expect(error: type[Exception], call: Awaitable[Any]) -> None:
     raise AssertionError(f"expected {error.__name__}")
 
 
-def from_sync_code() -> None:
-    store = open_store(f"sqlite:///{tempfile.mkdtemp()}/signals.db")
+def from_sync_code(path: str) -> None:
+    store = open_store(f"sqlite:///{path}")
     client = WorkflowClient(store)  # blocking: a web view, a script, a CLI
     worker = WorkflowWorker(
         store=store,
@@ -124,7 +124,8 @@ def from_sync_code() -> None:
 
 def main() -> None:
     asyncio.run(in_the_test_env())
-    from_sync_code()
+    with tempfile.TemporaryDirectory() as directory:
+        from_sync_code(f"{directory}/signals.db")
 
 
 if __name__ == "__main__":

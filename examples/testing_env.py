@@ -2,8 +2,10 @@
 
     python examples/testing_env.py
 
-The same functions work as pytest tests (pytest-asyncio): drop the ``main`` at the
-bottom and let pytest collect the ``test_*`` coroutines. See docs/testing.md.
+The same functions work as pytest tests: drop the ``main`` at the bottom and let pytest
+collect the ``test_*`` coroutines. That needs pytest-asyncio in auto mode
+(``asyncio_mode = "auto"`` in the pytest config), or each test marked
+``@pytest.mark.asyncio``. See docs/testing.md.
 """
 
 from __future__ import annotations

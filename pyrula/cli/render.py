@@ -200,7 +200,7 @@ def runs_table(runs: Sequence[RunRecord], now: float) -> str:
     return table(headers, rows)
 
 
-def _error_line(text: str) -> str:
+def error_line(text: str) -> str:
     info = ErrorInfo.from_json(text)
     return f"{info.qualified_type}: {info.message}"
 
@@ -215,7 +215,7 @@ def journal_table(journal: Sequence[JournalEntry]) -> str:
             "yes" if entry.ok else "no",
             str(entry.attempts),
             (iso(entry.recorded_at) or "-") if entry.recorded_at else "-",
-            clip(entry.value if _has_value(entry) else _error_line(entry.value)),
+            clip(entry.value if _has_value(entry) else error_line(entry.value)),
         )
         for entry in journal
     ]
@@ -279,3 +279,15 @@ def change_line(action: str, run: RunRecord) -> str:
 
 def echo_json(document: Any) -> None:
     click.echo(to_json(document))
+
+
+def parse_json(text: str, flag: str) -> Any:
+    """``text`` as a JSON value; NaN and Infinity are refused as the store would."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not allowed")
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except ValueError as exc:
+        raise CliUsageError(f"{flag} is not valid JSON ({exc}): {clip(text)}") from None

@@ -1,10 +1,9 @@
-"""``pyrula runs list|show|retry|cancel|signal|purge``: look at runs and act on them in a
-store."""
+"""``pyrula runs submit|list|show|retry|cancel|signal|purge``: start runs, look at them and
+act on them in a store."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -13,10 +12,22 @@ import click
 
 from pyrula.cli import render
 from pyrula.cli.render import CliError, CliUsageError
-from pyrula.workflows import PyrulaError, RunHandle, RunNotFound, RunStatus, Store, open_store
+from pyrula.cli.worker import import_workflow_modules
+from pyrula.workflows import (
+    InvalidParams,
+    PayloadError,
+    PyrulaError,
+    RunHandle,
+    RunNotFound,
+    RunStatus,
+    Store,
+    WorkflowClient,
+    open_store,
+)
 from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.loops import purge_ended
 from pyrula.workflows.records import JournalEntry, RunRecord
+from pyrula.workflows.registry import default_registry
 from pyrula.workflows.stores import DEFAULT_STORE_URL
 
 T = TypeVar("T")
@@ -66,7 +77,111 @@ async def _get(store: Store, run_id: str) -> RunRecord:
 
 @click.group("runs")
 def runs_group() -> None:
-    """Look at runs; retry, cancel or signal them; delete old ones."""
+    """Submit runs, look at them; retry, cancel or signal them; delete old ones."""
+
+
+@runs_group.command("submit")
+@click.argument("name")
+@click.option("--params", "params_text", metavar="JSON", help="The run's params, a JSON object.")
+@click.option(
+    "--workflow",
+    "modules",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE first (repeatable), so NAME's params are checked here and its rate "
+    "limit and owner cap apply, as for any client that imports the workflow.",
+)
+@click.option(
+    "--unchecked",
+    is_flag=True,
+    help="Submit NAME without importing it: no params check here, and no rate limit or "
+    "owner cap for this run.",
+)
+@click.option("--delay", type=float, metavar="SECONDS", help="Start it no sooner than this.")
+@click.option("--idempotency-key", metavar="KEY", help="A repeat with KEY returns the first run.")
+@click.option("--run-id", metavar="ID", help="The run's id [default: a random one].")
+@click.option("--owner", metavar="OWNER", help="The tenant the run belongs to.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait for the run to end and print its result; exit 1 if it did not complete.",
+)
+@click.option("--timeout", type=float, metavar="SECONDS", help="With --wait: wait this long.")
+@store_option
+@json_option
+def submit_command(
+    name: str,
+    params_text: str | None,
+    modules: tuple[str, ...],
+    unchecked: bool,
+    delay: float | None,
+    idempotency_key: str | None,
+    run_id: str | None,
+    owner: str | None,
+    wait: bool,
+    timeout: float | None,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """Queue a run of workflow NAME, as WorkflowClient.submit does.
+
+    The process submitting a run checks its params and stamps its flow control from the
+    workflow's definition, so give the module that defines NAME with --workflow (as for
+    `pyrula worker`), or pass --unchecked to submit by name alone.
+    """
+    params = {} if params_text is None else render.parse_json(params_text, "--params")
+    if not isinstance(params, dict):
+        raise CliUsageError(f"--params must be a JSON object, got {render.clip(params_text or '')}")
+    if timeout is not None and not wait:
+        raise CliUsageError("--timeout goes with --wait")
+    if modules and unchecked:
+        raise CliUsageError("give --workflow MODULE or --unchecked, not both")
+    if modules:
+        import_workflow_modules(modules)
+        if default_registry.find(name) is None:
+            raise CliUsageError(
+                f"no workflow named {name!r} in {', '.join(modules)} (registered: "
+                f"{', '.join(sorted(d.name for d in default_registry.all())) or 'none'})"
+            )
+    elif not unchecked:
+        raise CliUsageError(
+            f"give --workflow MODULE, the module that defines {name!r} (its params are then "
+            "checked and its flow control applies), or --unchecked to submit it by name alone"
+        )
+
+    async def act(store: Store) -> tuple[RunRecord, bool, float]:
+        client = WorkflowClient(store, require_registered=not unchecked)
+        try:
+            new = client.new_run(
+                name,
+                params,
+                owner=owner,
+                delay=delay,
+                idempotency_key=idempotency_key,
+                run_id=run_id,
+            )
+        except (InvalidParams, PayloadError) as exc:  # the command line's values
+            raise CliUsageError(str(exc)) from None
+        run, created = await store.create_run(new)
+        if wait:
+            run = await store.wait_run(run.run_id, timeout)  # as it is when time is up
+        return run, created, await store.now()
+
+    run, created, now = with_store(store_url, act)
+    ended = run.is_terminal
+    if as_json:
+        render.echo_json({"created": created, "run": render.run_dict(run, now)})
+    else:
+        verb = "submitted" if created else "found (same idempotency key)"
+        click.echo(f"{verb} run {run.run_id} ({run.workflow}), {run.status.value}")
+        if wait and ended:
+            if run.status is RunStatus.COMPLETED:
+                click.echo(run.result)
+            elif run.error is not None:
+                click.echo(render.error_line(run.error))
+    if wait and not (ended and run.status is RunStatus.COMPLETED):
+        why = "did not end in time" if not ended else f"ended {run.status.value}"
+        raise CliError(f"run {run.run_id} {why}")
 
 
 @runs_group.command("list")
@@ -189,14 +304,7 @@ def signal_command(
     A run already waiting for NAME is queued at once; otherwise the signal is kept until
     the run waits for it. Each signal is received once.
     """
-    value = None
-    if payload is not None:
-        try:
-            value = json.loads(payload, parse_constant=_refuse_constant)
-        except ValueError as exc:
-            raise CliUsageError(
-                f"--payload is not valid JSON ({exc}): {render.clip(payload)}"
-            ) from None
+    value = None if payload is None else render.parse_json(payload, "--payload")
 
     async def act(store: Store) -> tuple[RunRecord, float]:
         run = await _get(store, run_id)
@@ -210,10 +318,6 @@ def signal_command(
         click.echo(
             f"signal {name!r} sent to run {run.run_id} ({run.workflow}), now {run.status.value}"
         )
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
 
 
 AGE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*")

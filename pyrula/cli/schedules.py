@@ -58,18 +58,6 @@ def with_schedules(url: str | None, action: Callable[[ScheduleStore], T]) -> T:
         raise CliError(str(exc)) from None  # store messages mask passwords
 
 
-def parse_json(text: str, flag: str) -> Any:
-    """``text`` as a JSON value; NaN and Infinity are refused as the store would."""
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"{name} is not allowed")
-
-    try:
-        return json.loads(text, parse_constant=refuse)
-    except ValueError as exc:
-        raise CliUsageError(f"{flag} is not valid JSON ({exc}): {render.clip(text)}") from None
-
-
 # -- output ------------------------------------------------------------------------------
 def timing_text(record: ScheduleRecord) -> str:
     """``cron 0 2 * * *`` or ``every 30s``."""
@@ -199,7 +187,7 @@ def create_command(
     """
     if (cron is None) == (every is None):
         raise CliUsageError("give exactly one of --cron EXPR or --every SECONDS")
-    params = {} if params_text is None else parse_json(params_text, "--params")
+    params = {} if params_text is None else render.parse_json(params_text, "--params")
     if not isinstance(params, dict):
         raise CliUsageError(f"--params must be a JSON object, got {render.clip(params_text or '')}")
     try:

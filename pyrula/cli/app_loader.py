@@ -92,7 +92,7 @@ def celery_worker_flags(command: F) -> F:
 
 GROUP_APP = "pyrula.celery_app"
 """``ctx.meta`` key of an ``-A`` given before the subcommand (``pyrula -A proj worker``)."""
-APP_COMMANDS = ("worker",)
+APP_COMMANDS = ("worker", "status", "inspect")
 """The subcommands that take an app."""
 
 
@@ -106,7 +106,7 @@ def remember_group_app(ctx: click.Context, spec: str | None) -> None:
         raise CliUsageError(
             f"-A/--app {spec}: `pyrula {command}` takes no app; only "
             + ", ".join(f"`pyrula {name}`" for name in APP_COMMANDS)
-            + " does"
+            + " take one"
         )
     ctx.meta[GROUP_APP] = spec
 
@@ -218,6 +218,18 @@ class LoadedApp:
         self.setup.on_stop()
 
 
+def import_app(spec: str) -> Any:
+    """:func:`find_app`; whatever the project raises while importing is a usage error."""
+    try:
+        return find_app(spec)
+    except CliUsageError:
+        raise
+    except Exception as exc:  # whatever the project raises while importing
+        raise CliUsageError(
+            f"-A {spec}: cannot load the app: {type(exc).__name__}: {exc}"
+        ) from None
+
+
 def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
     """Find and prepare the app named by ``-A``; set up logging; fill defaults (the
     app's ``worker_concurrency`` for ``-c``) into ``values``."""
@@ -229,14 +241,7 @@ def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
     from pyrula_compat.worker import AppWorker
 
     spec = values["celery_app"]
-    try:
-        app = find_app(spec)
-    except CliUsageError:
-        raise
-    except Exception as exc:  # whatever the project raises while importing
-        raise CliUsageError(
-            f"-A {spec}: cannot load the app: {type(exc).__name__}: {exc}"
-        ) from None
+    app = import_app(spec)
     setup = AppWorker(app, hostname=values.get("celery_hostname"))
     if not setup.setup_logging(loglevel):
         configure_logging(loglevel)

@@ -3,7 +3,8 @@
 Exit codes: 0 success (and a worker's clean stop), 1 a command that could not be carried
 out (no such run or schedule, a run in the wrong state, a schedule id already taken, the
 store unreachable, a second stop signal), 2 usage errors (bad flags or option values such
-as a malformed cron expression or JSON, a workflow module that does not import).
+as a malformed cron expression or JSON, a workflow module that does not import), 69 for
+``status`` and ``inspect`` when no live worker matches (Celery's EX_UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pyrula.cli import app_loader
 from pyrula.cli.db import db_group
 from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
+from pyrula.cli.inspect import inspect_command, status_command
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
 from pyrula.cli.worker import worker_command
@@ -51,6 +53,8 @@ cli.add_command(runs_group)
 cli.add_command(schedules_group)
 cli.add_command(db_group)
 cli.add_command(dev_command)
+cli.add_command(status_command)
+cli.add_command(inspect_command)
 
 
 def main() -> None:

@@ -379,4 +379,6 @@ class Store(Protocol):
         """Forget a worker that stopped cleanly."""
 
     async def list_workers(self) -> list[WorkerInfo]:
-        """Workers seen recently, most recent first."""
+        """Every worker that heartbeated and was not removed, a killed one too, most
+        recent ``last_seen`` first (``pyrula.workflows.inspection`` judges which are
+        alive)."""

@@ -33,6 +33,9 @@ from pyrula.workflows.stores.base import Store
 
 STALE_AFTER = WorkerOptions.lock_ttl
 """Seconds after its last heartbeat a worker stops counting as alive, by default."""
+DEAD_WORKER_KEPT = 86_400.0
+"""Seconds a killed worker stays in ``list_workers`` (the dashboard shows it, as dead)
+before the orphan scan forgets it."""
 LIST_LIMIT = 1000
 """Most runs one answer reads from the store (newest first)."""
 STORE_NODE = "store"
@@ -87,6 +90,16 @@ async def live_workers(store: Store, stale_after: float = STALE_AFTER) -> list[W
     workers = await store.list_workers()
     now = await store.now()
     return [w for w in workers if is_alive(w, now, stale_after)]
+
+
+async def forget_dead_workers(store: Store, kept: float = DEAD_WORKER_KEPT) -> list[str]:
+    """Remove the workers whose last heartbeat is over ``kept`` seconds old (killed ones,
+    which never deregistered); return their ids. The orphan scan calls it."""
+    now = await store.now()
+    gone = [w.worker_id for w in await store.list_workers() if now - w.last_seen > kept]
+    for worker_id in gone:
+        await store.remove_worker(worker_id)
+    return gone
 
 
 def workflow_arguments(params: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pyrula.workflows.errors import IdempotencyConflict, InvalidSchedule, StoreError
 from pyrula.workflows.faults import fault_point
+from pyrula.workflows.inspection import forget_dead_workers
 from pyrula.workflows.rate import flow_for
 from pyrula.workflows.records import NO_FLOW, NewRun, ScheduleRecord, WorkerInfo
 from pyrula.workflows.schedules import Schedule
@@ -116,7 +117,8 @@ async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bo
 
 
 async def orphan_loop(worker: WorkflowWorker) -> None:
-    """Requeue runs whose worker stopped renewing; dead-letter those that keep doing it."""
+    """Requeue runs whose worker stopped renewing; dead-letter those that keep doing it;
+    forget workers killed over a day ago (``inspection.forget_dead_workers``)."""
     while True:
         try:
             report = await worker.store.recover_expired(worker.options.max_recoveries, limit=1000)
@@ -131,6 +133,13 @@ async def orphan_loop(worker: WorkflowWorker) -> None:
                     "dead-lettered %d runs that kept losing their worker: %s",
                     len(report.dead),
                     ", ".join(report.dead[:10]),
+                )
+            forgotten = await forget_dead_workers(worker.store)
+            if forgotten:
+                log.info(
+                    "forgot %d workers silent for over a day: %s",
+                    len(forgotten),
+                    ", ".join(forgotten[:10]),
                 )
         except StoreError as exc:
             log.warning("orphan scan failed: %s", exc)

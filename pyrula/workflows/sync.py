@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyrula.workflows.client import Delay, RunHandle, outcome_of
 from pyrula.workflows.client import WorkflowClient as AsyncWorkflowClient
 from pyrula.workflows.errors import PyrulaError, RunNotFound
+from pyrula.workflows.inspection import STALE_AFTER, live_workers
 from pyrula.workflows.records import RunRecord, RunStatus, WorkerInfo
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
@@ -165,9 +166,15 @@ class WorkflowClient:
     def handle(self, workflow: str, run_id: str) -> SyncRunHandle:
         return SyncRunHandle(self, self._async.handle(workflow, run_id))
 
-    def list_workers(self, timeout: float | None = None) -> list[WorkerInfo]:
-        """Workers seen recently, most recent first (the store's ``list_workers``)."""
-        return self._call(self.store.list_workers(), timeout)
+    def list_workers(
+        self, timeout: float | None = None, *, stale_after: float | None = STALE_AFTER
+    ) -> list[WorkerInfo]:
+        """The live workers, most recently seen first: those whose heartbeat is at most
+        ``stale_after`` seconds old (see :mod:`pyrula.workflows.inspection`); with
+        ``stale_after=None`` also the killed ones the store still lists."""
+        if stale_after is None:
+            return self._call(self.store.list_workers(), timeout)
+        return self._call(live_workers(self.store, stale_after), timeout)
 
     def close(self) -> None:
         """Close the store and stop the loop thread. Idempotent."""

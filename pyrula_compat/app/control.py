@@ -81,7 +81,7 @@ class Control:
         return Inspect(destination, timeout, app=self.app)
 
     def ping(self, destination: Any = None, timeout: float = 1.0, **kwargs: Any) -> list[Any]:
-        replies = self.inspect(timeout=timeout).ping()
+        replies = self.inspect(destination, timeout=timeout).ping()
         return [{name: reply} for name, reply in (replies or {}).items()]
 
     def rate_limit(self, *args: Any, **kwargs: Any) -> None:

@@ -114,6 +114,10 @@ def test_retry_with_throw_false_runs_again_with_new_args(served: Served) -> None
 def test_inspect_ping_answers_from_worker_heartbeats(served: Served) -> None:
     replies = wait_until(lambda: served.app.control.inspect().ping(), T, "a heartbeat")
     assert all(reply == {"ok": "pong"} for reply in replies.values())
+    # app.control.ping with a destination asks only the workers it names.
+    worker = next(iter(replies))
+    assert served.app.control.ping(destination=[worker]) == [{worker: {"ok": "pong"}}]
+    assert served.app.control.ping(destination=["celery@no-such-host"]) == []
 
 
 def test_state_is_retry_while_waiting_for_the_next_attempt(served: Served) -> None:

@@ -14,6 +14,7 @@ import pytest
 from pyrula.workflows import (
     ConfigurationError,
     DurableInvocationError,
+    MemoryStore,
     RunDeadLettered,
     RunStatus,
     StepContext,
@@ -26,6 +27,7 @@ from pyrula.workflows import (
     step,
     workflow,
 )
+from pyrula.workflows.records import WorkerInfo
 from pyrula.workflows.registry import Registry
 from tests.conftest import FAST, Eventually, StartWorker, StoreFactory
 
@@ -357,3 +359,25 @@ def test_workers_take_only_workflow_definitions() -> None:
 
 def test_lease_renewal_runs_at_a_third_of_the_ttl() -> None:
     assert WorkerOptions(lock_ttl=3.0).lease_renew_interval == pytest.approx(1.0)
+
+
+async def test_the_orphan_scan_forgets_a_worker_killed_over_a_day_ago(
+    registry: Registry, start_worker: StartWorker
+) -> None:
+    now = [time.time()]
+    store = MemoryStore(clock=lambda: now[0])
+
+    @workflow(registry=registry)
+    async def idle(ctx: WorkflowContext) -> None:
+        return None
+
+    ghost = WorkerInfo("ghost", ("idle",), "web-9", 99, now[0], now[0], 0)
+    await store.heartbeat(ghost)  # a worker that was SIGKILLed and never deregistered
+    now[0] += 86_400 + 60
+    worker = await start_worker(store, [idle], orphan_scan_interval=0.05)
+    for _ in range(200):
+        ids = {w.worker_id for w in await store.list_workers()}
+        if "ghost" not in ids:
+            break
+        await asyncio.sleep(0.02)
+    assert ids == {worker.worker_id}

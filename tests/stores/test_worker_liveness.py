@@ -7,7 +7,14 @@ age by the store's clock, the same way on every store.
 
 from __future__ import annotations
 
-from pyrula.workflows.inspection import STALE_AFTER, STORE_NODE, Inspector, live_workers
+from pyrula.workflows.inspection import (
+    DEAD_WORKER_KEPT,
+    STALE_AFTER,
+    STORE_NODE,
+    Inspector,
+    forget_dead_workers,
+    live_workers,
+)
 from pyrula.workflows.records import WorkerInfo
 from pyrula.workflows.stores.base import Store
 
@@ -107,3 +114,15 @@ async def test_active_and_query_task_show_runs_of_live_workers(
     clock.advance(STALE_AFTER + 1)
     await store.heartbeat(info("w2", hostname="web-2"))
     assert (await inspector.active(store)).nodes == {"w2": []}  # w1 is stale: not shown
+
+
+async def test_workers_killed_over_a_day_ago_are_forgotten(store: Store, clock: FakeClock) -> None:
+    await store.heartbeat(info("killed"))
+    clock.advance(DEAD_WORKER_KEPT)
+    await store.heartbeat(info("alive"))
+    assert await forget_dead_workers(store) == []  # exactly a day: kept
+    clock.advance(1)
+    assert await forget_dead_workers(store) == ["killed"]
+    assert [w.worker_id for w in await store.list_workers()] == ["alive"]
+    await store.heartbeat(info("killed"))  # a worker that was only paused comes back
+    assert {w.worker_id for w in await store.list_workers()} == {"alive", "killed"}

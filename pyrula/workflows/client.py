@@ -35,6 +35,18 @@ def seconds(value: Delay, what: str) -> float:
     return float(result)
 
 
+def storable_text(value: str, what: str) -> None:
+    """Raise InvalidParams unless ``value`` is valid UTF-8 text (no lone surrogate), as
+    every store keeps identifiers."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParams(
+            f"{what} {value!r} holds a lone surrogate ({exc.object[exc.start : exc.end]!r}), "
+            "which is not valid UTF-8 text and cannot be stored"
+        ) from None
+
+
 def epoch(value: datetime | float, name: str) -> float:
     """``value`` (an aware datetime or epoch seconds) as epoch seconds; ``name`` is the
     argument's, for the error."""
@@ -222,6 +234,14 @@ class WorkflowClient:
             raise InvalidParams(f"owner must be a string, got {owner!r}")
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise InvalidParams(f"run_id must be a non-empty string, got {run_id!r}")
+        for what, value in (
+            ("workflow name", name),
+            ("run_id", run_id),
+            ("idempotency_key", idempotency_key),
+            ("owner", owner),
+        ):
+            if isinstance(value, str):
+                storable_text(value, what)
         return NewRun(
             run_id=run_id or uuid.uuid4().hex,
             workflow=name,

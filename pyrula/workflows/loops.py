@@ -97,10 +97,11 @@ async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bo
         return
     held = [(a.lease.run_id, a.lease.token) for a in active_runs.values()]
     result = await store.renew_leases(worker.worker_id, held, worker.options.lock_ttl)
+    sent = dict(held)
     for run_id in result.lost:
         active = active_runs.get(run_id)
-        if active is None:
-            continue
+        if active is None or active.lease.token != sent[run_id]:
+            continue  # ended meanwhile, or this worker claimed the run again since
         log.warning("run %s: lease lost (terminated or reclaimed); stopping it here", run_id)
         active.lost = True
         if active.execution is not None:
@@ -109,7 +110,7 @@ async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bo
             active.task.cancel()
     for run_id in result.cancel_requested:
         active = active_runs.get(run_id)
-        if active is None:
+        if active is None or active.lease.token != sent[run_id]:
             continue
         active.cancel_requested = True  # for an execution not started yet (a held run)
         if active.execution is not None:

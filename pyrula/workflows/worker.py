@@ -227,10 +227,23 @@ class WorkflowWorker:
 
     def _start(self, definition: WorkflowDefinition, lease: Lease) -> None:
         active = _Active(lease=lease)
+        # A run this worker claims again (its lease lapsed while this worker stalled, and
+        # it won the run back) replaces the old entry; the old execution, fenced by its
+        # stale token, must not remove the new one when it ends (see _forget).
         self.active_runs[lease.run_id] = active
         active.task = asyncio.create_task(
             self._execute(definition, active), name=f"pyrula-run-{lease.run_id}"
         )
+        # Also for a task cancelled before it ever ran, whose finally never runs.
+        active.task.add_done_callback(lambda _: self._forget(active))
+
+    def _forget(self, active: _Active) -> None:
+        """``active`` ended: drop it from ``active_runs`` if it is still the run's entry,
+        and free its slot."""
+        if self.active_runs.get(active.lease.run_id) is active:
+            del self.active_runs[active.lease.run_id]
+            if self._slot_freed is not None:
+                self._slot_freed.set()
 
     async def _execute(self, definition: WorkflowDefinition, active: _Active) -> None:
         lease = active.lease
@@ -257,9 +270,7 @@ class WorkflowWorker:
                 "run %s: engine error; it will be recovered after its lease", lease.run_id
             )
         finally:
-            self.active_runs.pop(lease.run_id, None)
-            if self._slot_freed is not None:
-                self._slot_freed.set()
+            self._forget(active)
 
     async def _release(self, lease: Lease, execution: RunExecution | None) -> None:
         try:

@@ -49,13 +49,6 @@ def on_own_valkey(cluster: Cluster, own_valkey: ValkeyProcess) -> Cluster:  # no
     return cluster
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent (about one run in three): a run is left running forever when "
-    "the worker that held it claims it back after the hang while a renewal of its old "
-    "token is in flight; see tests/integration/test_reclaimed_by_its_own_worker.py. "
-    "Make this a plain test once that is fixed",
-)
 async def test_a_hung_server_longer_than_the_lease_loses_nothing(
     on_own_valkey: Cluster,
     own_valkey: ValkeyProcess,  # noqa: F811

@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 from pyrula.workflows import RunStatus, WorkflowClient, WorkflowContext, workflow
 from pyrula.workflows.registry import Registry
 from tests.conftest import Eventually, StartWorker, StoreFactory
@@ -26,14 +24,6 @@ from tests.stores.conftest import FakeClock
 LOCK_TTL = 3.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: WorkflowWorker.active_runs is keyed by run id alone (worker.py _start, "
-    "_execute's finally; loops.py renew_once): the old execution's end pops the new "
-    "execution's entry, so the new one runs untracked and unrenewed and is recovered "
-    "again; and a renewal that reports the old token lost cancels the new task (if it "
-    "has not started yet, its entry is never removed: the run stays running forever)",
-)
 async def test_a_run_claimed_back_by_its_own_worker_stays_tracked_and_renewed(
     store_factory: StoreFactory,
     registry: Registry,

@@ -161,13 +161,6 @@ async def test_refused_writes_for_longer_than_a_lease_lose_nothing(
     await refused_episode(cluster, refusing_valkey, "misconf", LOCK_TTL + 1.0, LOCK_TTL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: valkey-py raises OOM as OutOfMemoryError with the 'OOM ' prefix cut off, "
-    "so ValkeyConnection.translate (stores/valkey/connection.py) neither finds it in "
-    "UNAVAILABLE nor sees text.startswith('OOM'): it becomes a plain StoreError, which "
-    "call_store does not retry, so a step finished during a brief OOM runs again",
-)
 async def test_a_brief_oom_is_waited_out_like_an_outage(
     cluster: Cluster, refusing_valkey: ValkeyProcess
 ) -> None:

@@ -67,6 +67,7 @@ UNAVAILABLE = (
     vex.ClusterDownError,
     vex.TryAgainError,
     vex.ReadOnlyError,
+    vex.OutOfMemoryError,  # "OOM": refused before anything ran (valkey-py cuts the prefix)
     vex.ClusterError,
     OSError,
 )
@@ -196,7 +197,9 @@ class Server(DataLoss):
             )
         match = _PYRULA_ERROR.match(text)
         if match is None:
-            if text.startswith(("OOM", "LOADING", "MASTERDOWN", "NOREPLICAS")):
+            # Refused before the call ran: a full server, one loading or without its
+            # primary or replicas, or one refusing writes after a failed save (MISCONF).
+            if text.startswith(("OOM", "LOADING", "MASTERDOWN", "NOREPLICAS", "MISCONF")):
                 return self.unavailable(exc)
             return StoreError(f"Valkey at {self.masked} refused a call: {text}")
         code, detail = match.groups()

@@ -36,8 +36,9 @@ def seconds(value: Delay, what: str) -> float:
 
 
 def storable_text(value: str, what: str) -> None:
-    """Raise InvalidParams unless ``value`` is valid UTF-8 text (no lone surrogate), as
-    every store keeps identifiers."""
+    """Raise InvalidParams unless ``value`` can be an identifier in every store: valid
+    UTF-8 text (no lone surrogate) without a NUL character (which Postgres text, and so
+    the archive, cannot hold)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -45,6 +46,8 @@ def storable_text(value: str, what: str) -> None:
             f"{what} {value!r} holds a lone surrogate ({exc.object[exc.start : exc.end]!r}), "
             "which is not valid UTF-8 text and cannot be stored"
         ) from None
+    if "\x00" in value:
+        raise InvalidParams(f"{what} {value!r} holds a NUL character, which cannot be stored")
 
 
 def epoch(value: datetime | float, name: str) -> float:
@@ -102,6 +105,7 @@ class RunHandle:
         """
         if not isinstance(name, str) or not name:
             raise InvalidParams("a signal name must be a non-empty string")
+        storable_text(name, "signal name")
         text = encode(payload, what=f"payload of signal {name!r}")
         await self._store.send_signal(self.run_id, name, text)
 

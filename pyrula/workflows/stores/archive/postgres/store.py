@@ -15,6 +15,7 @@ stopped answering: the connection is dropped), a missing table
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -128,12 +129,14 @@ class PostgresArchive:
         from psycopg import AsyncConnection
         from psycopg.rows import dict_row
 
-        return await AsyncConnection.connect(
+        conn = await AsyncConnection.connect(
             self._dsn,
             autocommit=True,
             row_factory=dict_row,
             connect_timeout=max(1, round(self.connect_timeout)),
         )
+        conn.adapters.register_dumper(str, _nul_free_text())
+        return conn
 
     def _for_this_loop(self) -> asyncio.Semaphore:
         """The pool belongs to one event loop; used from another (a blocking helper's),
@@ -317,6 +320,25 @@ class PostgresArchive:
         return ArchiveCursor(
             row["cursor_finished_at"], row["cursor_run_id"], row["archived_before"]
         )
+
+
+NUL_STAND_IN = "\ufffd"
+"""What a NUL character in a text sent to Postgres becomes (in every statement, so a
+lookup finds what a write stored): Postgres text cannot hold NUL, and one such run must
+not stop every later one from being archived. The client refuses NUL in ids, keys,
+owners and names; code may still put one in a step name or a progress state."""
+
+
+@functools.cache
+def _nul_free_text() -> type:
+    """psycopg's text dumper for ``str``, with NUL replaced by :data:`NUL_STAND_IN`."""
+    from psycopg.types.string import StrDumperUnknown
+
+    class NulFreeText(StrDumperUnknown):
+        def dump(self, obj: str) -> Any:
+            return super().dump(obj.replace("\x00", NUL_STAND_IN))
+
+    return NulFreeText
 
 
 async def _discard(conn: AsyncConnection[Any] | None) -> None:

@@ -276,9 +276,15 @@ class ClaimLoop:
         if leases:
             worker.store_clock.note(claimed_at(leases[0], ttl), self.loop.time())
             self.plan.note(leases, self.loop.time())
-            for lease in leases:
+            plan = worker.isolation.plan(leases, len(worker.active_runs))
+            for lease in plan.start:
                 worker._start(self.definitions[lease.run.workflow], lease)
-        return len(leases)
+            if plan.alone is not None:
+                worker._start(self.definitions[plan.alone.run.workflow], plan.alone, alone=True)
+            if plan.back:
+                await worker.hand_back(plan.back)
+            return len(plan.start) + (plan.alone is not None)
+        return 0
 
     async def _idle(self) -> Why:
         """Wait for new work, a local wake-up or stop; at most ``claim_poll_interval``."""

@@ -25,6 +25,7 @@ from pyrula.workflows.engine.runner import RunEnd, execute_run
 from pyrula.workflows.engine.threads import StepThreadPool
 from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError
 from pyrula.workflows.faults import fault_point
+from pyrula.workflows.isolation import Isolation
 from pyrula.workflows.options import WorkerOptions
 from pyrula.workflows.records import Lease
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
@@ -92,6 +93,7 @@ class WorkflowWorker:
             store, registry=self._registry, max_payload_bytes=self.options.max_payload_bytes
         )
         self.active_runs: dict[str, _Active] = {}
+        self.isolation = Isolation(self.options.max_recoveries)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._stop_requested = threading.Event()
@@ -223,10 +225,19 @@ class WorkflowWorker:
 
     # -- claiming ----------------------------------------------------------------------
     def _free_slots(self) -> int:
+        if self.isolation.blocks_claims(len(self.active_runs)):
+            return 0
         return self.options.max_concurrent_runs - len(self.active_runs)
 
-    def _start(self, definition: WorkflowDefinition, lease: Lease) -> None:
+    def _start(self, definition: WorkflowDefinition, lease: Lease, *, alone: bool = False) -> None:
         active = _Active(lease=lease)
+        if alone:  # a suspect (isolation.py): nothing else starts until it ends
+            self.isolation.running = active
+            log.info(
+                "run %s (recovered %d times) runs alone on this worker",
+                lease.run_id,
+                lease.run.recoveries,
+            )
         # A run this worker claims again (its lease lapsed while this worker stalled, and
         # it won the run back) replaces the old entry; the old execution, fenced by its
         # stale token, must not remove the new one when it ends (see _forget).
@@ -240,10 +251,25 @@ class WorkflowWorker:
     def _forget(self, active: _Active) -> None:
         """``active`` ended: drop it from ``active_runs`` if it is still the run's entry,
         and free its slot."""
+        if self.isolation.running is active:
+            self.isolation.running = None
         if self.active_runs.get(active.lease.run_id) is active:
             del self.active_runs[active.lease.run_id]
             if self._slot_freed is not None:
                 self._slot_freed.set()
+
+    async def hand_back(self, leases: list[tuple[Lease, float]]) -> None:
+        """Release claimed runs unstarted, each due ``after`` seconds past its claim (and
+        never before its own time)."""
+        ttl = self.options.lock_ttl
+        for lease, after in leases:
+            due = max(lease.run.available_at, claimed_at(lease, ttl) + after)
+            try:
+                await self.store.release_run(lease.run_id, lease.token, due)
+            except LeaseLost:
+                pass
+            except StoreError as exc:
+                log.warning("run %s could not be handed back (%s)", lease.run_id, exc)
 
     async def _execute(self, definition: WorkflowDefinition, active: _Active) -> None:
         lease = active.lease

@@ -127,14 +127,6 @@ async def test_a_run_that_kills_its_worker_every_time_is_dead_lettered(
     assert report.figures["completed"] == HEALTHY, summary
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design bug: runs requeued by one orphan scan are queued together (same "
-    "available_at, FIFO), so the next claim takes the poison run and a healthy run "
-    "that died beside it in one batch again; the healthy run loses its worker every "
-    "time the poison run kills it and is dead-lettered with it (recover_expired counts "
-    "every recovery against every run the dead worker held)",
-)
 async def test_a_healthy_run_that_shared_the_poisoned_worker_still_completes(
     cluster: Cluster, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -224,7 +224,7 @@ def test_the_json_endpoints(dev: Dev) -> None:
         (1, "report", True),
     ]
     workers = dev.json("/api/workers")["workers"]
-    assert dev.worker.proc.pid in [w["pid"] for w in workers]
+    assert [w["alive"] for w in workers if w["pid"] == dev.worker.proc.pid] == [True]
     schedules = dev.json("/api/schedules")["schedules"]
     assert [(s["schedule_id"], s["every_s"]) for s in schedules] == [("h", 3600)]
     for path, shown in (

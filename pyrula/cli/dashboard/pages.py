@@ -191,6 +191,7 @@ def workers_page(workers: Sequence[Mapping[str, Any]], *, store: str) -> str:
     rows = [
         (
             _text(w["worker_id"]),
+            "yes" if w["alive"] else "no (its heartbeats stopped: killed or stuck)",
             _text(w["hostname"]),
             _text(w["pid"]),
             _text(", ".join(w["workflows"])),
@@ -200,7 +201,7 @@ def workers_page(workers: Sequence[Mapping[str, Any]], *, store: str) -> str:
         )
         for w in workers
     ]
-    headers = ("Worker", "Host", "PID", "Workflows", "Running", "Started", "Last seen")
+    headers = ("Worker", "Alive", "Host", "PID", "Workflows", "Running", "Started", "Last seen")
     body = _table(headers, rows, "no workers seen recently") + '<a href="/api/workers">JSON</a>'
     return page("Workers", body, store=store, refresh=True)
 

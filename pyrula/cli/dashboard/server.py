@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pyrula.cli import render
 from pyrula.cli.dashboard import pages
 from pyrula.cli.schedules import schedule_dict
+from pyrula.workflows.inspection import is_alive
 from pyrula.workflows.records import RunRecord, RunStatus, WorkerInfo
 from pyrula.workflows.stores.base import Store
 
@@ -65,9 +66,10 @@ def run_json(run: RunRecord, now: float) -> dict[str, Any]:
     return document
 
 
-def worker_json(worker: WorkerInfo) -> dict[str, Any]:
+def worker_json(worker: WorkerInfo, now: float) -> dict[str, Any]:
     return {
         "worker_id": worker.worker_id,
+        "alive": is_alive(worker, now),
         "workflows": list(worker.workflows),
         "hostname": worker.hostname,
         "pid": worker.pid,
@@ -114,7 +116,8 @@ class Dashboard:
         if path.startswith("/runs/") and len(path) > len("/runs/"):
             return await self._run(unquote(path.removeprefix("/runs/")), as_json)
         if path == "/workers":
-            workers = [worker_json(w) for w in await self.store.list_workers()]
+            listed, now = await self.store.list_workers(), await self.store.now()
+            workers = [worker_json(w, now) for w in listed]
             if as_json:
                 return self._json({"workers": workers})
             return self._html(pages.workers_page(workers, store=self.store_label))

@@ -105,10 +105,21 @@ def json_value(text: str | None) -> Any:
         return text
 
 
+def error_info(text: str) -> ErrorInfo | None:
+    """The stored error, or None if it is not one (shown raw: the store may hold anything
+    someone wrote to it)."""
+    try:
+        return ErrorInfo.from_json(text)
+    except ValueError:
+        return None
+
+
 def _error(text: str | None) -> dict[str, str] | None:
     if text is None:
         return None
-    info = ErrorInfo.from_json(text)
+    info = error_info(text)
+    if info is None:
+        return {"type": "(not an error record)", "message": text, "traceback": ""}
     return {"type": info.qualified_type, "message": info.message, "traceback": info.traceback}
 
 
@@ -201,7 +212,9 @@ def runs_table(runs: Sequence[RunRecord], now: float) -> str:
 
 
 def error_line(text: str) -> str:
-    info = ErrorInfo.from_json(text)
+    info = error_info(text)
+    if info is None:
+        return f"(not an error record) {clip(text)}"
     return f"{info.qualified_type}: {info.message}"
 
 
@@ -248,9 +261,9 @@ def run_detail(run: RunRecord, journal: Sequence[JournalEntry], now: float) -> s
     fields.append(("Params", clip(run.params, FIELD_WIDTH)))
     if run.result is not None:
         fields.append(("Result", clip(run.result, FIELD_WIDTH)))
-    info = ErrorInfo.from_json(run.error) if run.error is not None else None
-    if info is not None:
-        fields.append(("Error", f"{info.qualified_type}: {info.message}"))
+    info = error_info(run.error) if run.error is not None else None
+    if run.error is not None:
+        fields.append(("Error", error_line(run.error)))
     width = max(len(label) for label, _ in fields)
     lines = [f"{label.ljust(width)}  {value}" for label, value in fields]
     if info is not None and info.traceback:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,7 +204,10 @@ class ErrorInfo:
 
     @classmethod
     def from_json(cls, text: str) -> ErrorInfo:
+        """The error stored as ``text``; ValueError if it is not an error's JSON object."""
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"a stored error is not a JSON object: {text[:80]!r}")
         args = data.get("args")
         return cls(
             type_module=str(data.get("module", "builtins")),
@@ -214,15 +218,25 @@ class ErrorInfo:
         )
 
     def exception_class(self) -> type[BaseException] | None:
-        """The exception class named here, if it imports and subclasses BaseException.
+        """The exception class named here, if it subclasses BaseException and its module
+        is imported already, or belongs to a package that is (``myapp.errors`` once
+        ``myapp`` is imported: a process that runs or submits a task has imported its
+        package).
 
-        Only attribute lookups on an already-importable module are made; nothing named
-        in the data is called.
+        Stored data can be written by whoever can write the store, so nothing it names
+        is called, and it can make this process import no package it has not imported
+        itself (importing runs a module's code; CVE-2021-23727 was Celery's variant).
+        Only attribute lookups are made on the module.
         """
-        try:
-            module = importlib.import_module(self.type_module)
-        except Exception:
-            return None
+        name = self.type_module
+        module = sys.modules.get(name)
+        if module is None:
+            if name.partition(".")[0] not in sys.modules:
+                return None
+            try:
+                module = importlib.import_module(name)
+            except Exception:
+                return None
         obj: Any = module
         for part in self.type_name.split("."):
             if part == "<locals>":

@@ -85,18 +85,23 @@ def is_alive(worker: WorkerInfo, now: float, stale_after: float = STALE_AFTER) -
     return now - worker.last_seen <= stale_after
 
 
+async def _workers_now(store: Store) -> tuple[list[WorkerInfo], float]:
+    """Every worker the store lists, and the store's time to judge them by."""
+    workers = await store.list_workers()
+    return workers, await store.now()
+
+
 async def live_workers(store: Store, stale_after: float = STALE_AFTER) -> list[WorkerInfo]:
     """The workers whose heartbeat is fresh, most recently seen first."""
-    workers = await store.list_workers()
-    now = await store.now()
+    workers, now = await _workers_now(store)
     return [w for w in workers if is_alive(w, now, stale_after)]
 
 
 async def forget_dead_workers(store: Store, kept: float = DEAD_WORKER_KEPT) -> list[str]:
     """Remove the workers whose last heartbeat is over ``kept`` seconds old (killed ones,
     which never deregistered); return their ids. The orphan scan calls it."""
-    now = await store.now()
-    gone = [w.worker_id for w in await store.list_workers() if now - w.last_seen > kept]
+    workers, now = await _workers_now(store)
+    gone = [w.worker_id for w in workers if not is_alive(w, now, kept)]
     for worker_id in gone:
         await store.remove_worker(worker_id)
     return gone
@@ -165,8 +170,7 @@ class Inspector:
     async def workers(self, store: Store) -> tuple[list[WorkerInfo], float]:
         """The live workers the destination names, and the store's time."""
         names = destinations(self.destination)
-        workers = await store.list_workers()
-        now = await store.now()
+        workers, now = await _workers_now(store)
         found = [w for w in workers if is_alive(w, now, self.stale_after) and matches(w, names)]
         return found, now
 

@@ -7,8 +7,9 @@ workers does not shift an interval's phase), and a schedule an entry of this app
 whose entry is gone is deleted. The runs carry Celery beat's ``periodic_task_name``
 header, and the app's name beside it, which is how a sync knows which stored schedules
 are its own (a schedule made with ``pyrula schedules`` or by another app is never
-touched). Every worker fires schedules and the store
-lets each slot fire once, so there is no separate beat process and no double firing.
+touched). Every worker fires schedules and the store lets each slot fire once, so no
+separate beat process is needed and nothing fires twice; ``pyrula beat -A proj`` (a
+scheduler-only process, for deployments that keep their beat service) syncs them too.
 An entry's ``options`` apply where they mean something: ``expires`` (seconds or a
 datetime) drops a fired run that has not started in time; routing options are ignored.
 """
@@ -33,6 +34,11 @@ log = logging.getLogger("pyrula_compat.beat")
 
 BEAT_APP_HEADER = "pyrula_beat_app"
 """The header naming the app whose ``beat_schedule`` made a schedule's runs."""
+SCHEDULER_NOTE = (
+    "pyrula stores beat_schedule entries as schedules and every worker fires them "
+    "(manage them with `pyrula schedules`)"
+)
+"""Why a Celery beat scheduler class (``beat_scheduler``, ``pyrula beat -S``) is ignored."""
 
 
 def _params(app: Celery, key: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -91,11 +97,7 @@ def _same(record: Any, wanted: Schedule) -> bool:
 async def sync_schedules(app: Celery, store: Store) -> list[str]:
     """Write the app's beat entries to ``store``; return the ids written."""
     if app.conf.get("beat_scheduler"):
-        log.warning(
-            "beat_scheduler=%r ignored: pyrula stores beat_schedule entries as schedules "
-            "and every worker fires them (manage them with `pyrula schedules`)",
-            app.conf.beat_scheduler,
-        )
+        log.warning("beat_scheduler=%r ignored: %s", app.conf.beat_scheduler, SCHEDULER_NOTE)
     written: list[str] = []
     wanted_ids: set[str] = set()
     for wanted in schedules_of(app):

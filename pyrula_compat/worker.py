@@ -7,6 +7,9 @@ autodiscovered task modules, refuse non-JSON serializers, and send the worker si
 Once the store is open it syncs ``beat_schedule`` and says which queued tasks no worker
 here knows (they stay queued, never dropped; a client sending one while no running
 worker serves it says so too: :func:`pyrula_compat.result.served`).
+
+``pyrula beat -A proj`` (:class:`BeatService`) does what ``celery beat`` does instead: no
+worker signals; the task modules imported, ``beat_schedule`` synced, ``beat_init`` sent.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -140,21 +144,70 @@ class AppWorker:
         signals.worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)
         signals.worker_shutdown.send(sender=self)
 
-    def setup_logging(self, loglevel: str) -> bool:
+    def setup_logging(self, loglevel: str, logfile: str | None = None) -> bool:
         """Let a ``setup_logging`` receiver configure logging (True if one did)."""
         if not signals.setup_logging.receivers:
             return False
         signals.setup_logging.send(
-            sender=None, loglevel=loglevel, logfile=None, format=None, colorize=False
+            sender=None, loglevel=loglevel, logfile=logfile, format=None, colorize=False
         )
         return True
 
-    def logging_set_up(self, loglevel: str) -> None:
+    def logging_set_up(self, loglevel: str, logfile: str | None = None) -> None:
         """pyrula configured logging (no ``setup_logging`` receiver did): what Celery
         sends then, for receivers that add handlers or formats to its loggers."""
-        options = {"loglevel": loglevel, "logfile": None, "format": None, "colorize": False}
+        options = {"loglevel": loglevel, "logfile": logfile, "format": None, "colorize": False}
         signals.after_setup_logger.send(sender=None, logger=logging.getLogger(), **options)
         signals.after_setup_task_logger.send(sender=None, logger=task_logger, **options)
 
     def describe(self) -> dict[str, Any]:
         return {"app": repr(self.app), "tasks": sorted(self.app.tasks.regular())}
+
+
+class BeatService(AppWorker):
+    """What ``pyrula beat -A proj`` does around its scheduler loop: the start-up of
+    ``celery beat``. Like Celery's ``beat.Service`` it is the ``sender`` of
+    ``beat_init``, with ``app``, ``max_interval``, ``scheduler_cls``,
+    ``schedule_filename`` and ``stop()``."""
+
+    def __init__(
+        self,
+        app: Celery,
+        max_interval: float | None = None,
+        schedule_filename: str | None = None,
+        scheduler_cls: str | None = None,
+    ) -> None:
+        super().__init__(app)
+        self.max_interval = max_interval
+        self.schedule_filename = schedule_filename
+        self.scheduler_cls = scheduler_cls
+        self.on_stop_request: Callable[[], None] | None = None
+        """Set by whoever runs the loop: what :meth:`stop` calls."""
+
+    def prepare(self) -> list[str]:
+        """Before the store opens, as ``celery beat`` starts: Django set up, the task
+        modules imported (the runs fired carry their tasks' limits), the beat entries
+        checked. No worker signal is sent."""
+        app = self.app
+        app.check_serializers()
+        setup_django()
+        imported = app.import_default_modules()
+        signals.import_modules.send(sender=app)
+        app.finalize()
+        app.on_after_configure.send(sender=app, source=app.conf)
+        beat.schedules_of(app)  # a bad entry fails here, before the loop
+        return imported
+
+    async def on_start(self, store: Store) -> None:
+        """Sync the beat schedule, then send ``beat_init``."""
+        await beat.sync_schedules(self.app, store)
+        log.info("beat: Starting...")
+        signals.beat_init.send(sender=self)
+
+    def on_stop(self) -> None:
+        log.info("beat: Shutting down...")
+
+    def stop(self, wait: bool = False) -> None:
+        """Stop the scheduler loop (``wait`` is accepted; the loop stops at once)."""
+        if self.on_stop_request is not None:
+            self.on_stop_request()

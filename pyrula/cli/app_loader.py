@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import click
 
+from pyrula.cli.daemon import node_name
 from pyrula.cli.logging_setup import configure_logging
 from pyrula.cli.render import CliUsageError, mask_url
 
@@ -59,18 +60,51 @@ CELERY_ONLY_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
      "--time-limit: set task_time_limit in the app's settings"),
     (("--soft-time-limit",), "celery_soft_time_limit", False,
      "--soft-time-limit: set task_soft_time_limit in the app's settings"),
-    (("-S", "--scheduler"), "celery_scheduler", False,
+    (("--scheduler",), "celery_scheduler", False,
      "--scheduler: schedules live in the store (`pyrula schedules`)"),
+    (("-s", "--schedule-filename", "--schedule"), "celery_schedule_filename", False,
+     "--schedule-filename: no schedule file; the last slot of each schedule is stored"),
+    (("-S", "--statedb"), "celery_statedb", False,
+     "--statedb: not needed; revoked tasks are kept in the store, across restarts"),
+    (("--heartbeat-interval",), "celery_heartbeat_interval", False,
+     "--heartbeat-interval: workers report to the store every third of --lock-ttl"),
+    # Given effect in load() (and the worker command), so no note:
+    (("-I", "--include"), "celery_include", False, ""),
+    (("--purge", "--discard"), "celery_purge", True, ""),
 )  # fmt: skip
+
+CELERY_GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
+    (("--loader",), "celery_loader", False, "--loader: pyrula loads the app itself"),
+    (("-C", "--no-color"), "celery_no_color", True, ""),
+    (("-q", "--quiet"), "celery_quiet", True, ""),
+    # Given effect in load(), so no note:
+    (("-b", "--broker"), "celery_broker", False, ""),
+    (("--result-backend",), "celery_result_backend", False, ""),
+    (("--config",), "celery_config", False, ""),
+    (("--skip-checks",), "celery_skip_checks", True, ""),
+)  # fmt: skip
+"""Celery's options of every command (``celery --broker URL worker ...``): the worker's
+and beat's."""
+
+
+def hidden_flags(flags: tuple[tuple[tuple[str, ...], str, bool, str], ...]) -> Callable[[F], F]:
+    """A decorator adding ``flags`` (names, dest, is_flag, note) as hidden options."""
+
+    def add(command: F) -> F:
+        for names, dest, is_flag, _note in reversed(flags):
+            if is_flag:
+                option = click.option(*names, dest, is_flag=True, default=False, hidden=True)
+            else:
+                option = click.option(*names, dest, default=None, hidden=True)
+            command = option(command)
+        return command
+
+    return add
 
 
 def celery_worker_flags(command: F) -> F:
     """Add ``-A/--app`` and the accepted Celery-only flags to the worker command."""
-    for names, dest, is_flag, _note in reversed(CELERY_ONLY_FLAGS):
-        if is_flag:
-            command = click.option(*names, dest, is_flag=True, default=False, hidden=True)(command)
-        else:
-            command = click.option(*names, dest, default=None, hidden=True)(command)
+    command = hidden_flags(CELERY_ONLY_FLAGS + CELERY_GLOBAL_FLAGS)(command)
     command = click.option(
         "--celery-alias",
         "celery_alias",
@@ -92,7 +126,7 @@ def celery_worker_flags(command: F) -> F:
 
 GROUP_APP = "pyrula.celery_app"
 """``ctx.meta`` key of an ``-A`` given before the subcommand (``pyrula -A proj worker``)."""
-APP_COMMANDS = ("worker", "status", "inspect")
+APP_COMMANDS = ("worker", "beat", "status", "inspect", "purge", "call", "result", "control")
 """The subcommands that take an app."""
 
 
@@ -128,10 +162,14 @@ def app_spec(values: dict[str, Any]) -> str | None:
     return spec
 
 
-def celery_notes(values: Mapping[str, Any]) -> list[str]:
-    """One line per Celery-only flag that was given."""
+def celery_notes(
+    values: Mapping[str, Any],
+    flags: tuple[tuple[tuple[str, ...], str, bool, str], ...] = CELERY_ONLY_FLAGS
+    + CELERY_GLOBAL_FLAGS,
+) -> list[str]:
+    """One line per Celery-only flag of ``flags`` (default: the worker's) that was given."""
     notes = []
-    for names, dest, _is_flag, note in CELERY_ONLY_FLAGS:
+    for names, dest, _is_flag, note in flags:
         if values.get(dest) and note:
             notes.append(f"note: {names[0]} accepted, no effect. {note}")
     return notes
@@ -185,7 +223,6 @@ class LoadedApp:
     app: Any
     setup: Any
     store_url: str | None
-    notes: list[str]
 
     @property
     def registry(self) -> Any:
@@ -230,9 +267,17 @@ def import_app(spec: str) -> Any:
         ) from None
 
 
-def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
-    """Find and prepare the app named by ``-A``; set up logging; fill defaults (the
-    app's ``worker_concurrency`` for ``-c``) into ``values``."""
+def load(
+    values: dict[str, Any],
+    loglevel: str,
+    logfile: str | None = None,
+    make_setup: Callable[[Any], Any] | None = None,
+) -> LoadedApp:
+    """Find and prepare the app named by ``-A``; set up logging (to ``logfile`` if
+    given); apply Celery's ``-b``, ``--result-backend``, ``--config``, ``-I`` and
+    ``--skip-checks``; fill defaults (the app's ``worker_concurrency`` for ``-c``) into
+    ``values``. ``make_setup(app)`` makes what prepares the app and hooks the start and
+    stop (default: a worker's :class:`pyrula_compat.worker.AppWorker`)."""
     if values.get("celery_alias"):
         from pyrula_compat.alias import install
 
@@ -242,11 +287,17 @@ def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
 
     spec = values["celery_app"]
     app = import_app(spec)
-    setup = AppWorker(app, hostname=values.get("celery_hostname"))
-    if not setup.setup_logging(loglevel):
-        configure_logging(loglevel)
-        setup.logging_set_up(loglevel)
+    if make_setup is None:
+        setup = AppWorker(app, hostname=node_name(values.get("celery_hostname")))
+    else:
+        setup = make_setup(app)
+    if not setup.setup_logging(loglevel, logfile):
+        configure_logging(loglevel, logfile)
+        setup.logging_set_up(loglevel, logfile)
+    if values.get("celery_skip_checks"):
+        os.environ["CELERY_SKIP_CHECKS"] = "1"  # Django's system checks, as in Celery
     try:
+        _apply_celery_settings(app, setup, values)
         setup.prepare()
         url = app.store_url()
         retention = setup.retention()
@@ -258,7 +309,24 @@ def load(values: dict[str, Any], loglevel: str) -> LoadedApp:
         values["max_concurrent_runs"] = setup.concurrency()
     if values.get("run_retention") is None:  # --run-retention wins over result_expires
         values["run_retention"] = retention
-    return LoadedApp(app=app, setup=setup, store_url=url, notes=celery_notes(values))
+    return LoadedApp(app=app, setup=setup, store_url=url)
+
+
+def _apply_celery_settings(app: Any, setup: Any, values: Mapping[str, Any]) -> None:
+    """Celery's global options, given before the app is prepared: ``--config MODULE``
+    (``config_from_object``), ``-b/--broker`` (the store, as the app's broker URL),
+    ``--result-backend`` (checked against it as the setting is) and ``-I/--include``
+    (more task modules to import, comma-separated)."""
+    if values.get("celery_config"):
+        app.config_from_object(values["celery_config"], force=True)
+    if values.get("celery_broker"):
+        setup.use_store(values["celery_broker"])
+    if values.get("celery_result_backend"):
+        os.environ["CELERY_RESULT_BACKEND"] = values["celery_result_backend"]
+        app.conf.result_backend = values["celery_result_backend"]
+    include = [m.strip() for m in (values.get("celery_include") or "").split(",") if m.strip()]
+    if include:
+        app.conf.include = [*(app.conf.include or ()), *include]
 
 
 def merge_default_registry(app: Any) -> None:

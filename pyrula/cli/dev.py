@@ -23,7 +23,7 @@ import click
 
 from pyrula.cli import app_loader
 from pyrula.cli.dashboard import server
-from pyrula.cli.logging_setup import LEVELS, configure_logging
+from pyrula.cli.logging_setup import configure_logging, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
 from pyrula.cli.runs import store_option
 from pyrula.cli.worker import (
@@ -98,14 +98,7 @@ def listen_url(host: str, port: int) -> str:
     metavar="N",
     help="Runs the worker executes at once [default: WorkerOptions' default].",
 )
-@click.option(
-    "--loglevel",
-    "-l",
-    type=click.Choice(LEVELS, case_sensitive=False),
-    default="INFO",
-    show_default=True,
-    help="Log records at this level and above go to stderr.",
-)
+@loglevel_option()
 def dev_command(
     app: str,
     store_url: str | None,

@@ -119,7 +119,7 @@ def _app_store(store_url: str | None, spec: str) -> tuple[str | None, Arguments]
         own = app.store_url()
     except ImproperlyConfigured as exc:
         raise CliUsageError(f"-A {spec}: {exc}") from None
-    loaded = app_loader.LoadedApp(app=app, setup=AppWorker(app), store_url=own, notes=[])
+    loaded = app_loader.LoadedApp(app=app, setup=AppWorker(app), store_url=own)
     url = loaded.serve_store(store_url, explicit=given_on_command_line("store_url"))
     return url, task_arguments
 

@@ -14,6 +14,10 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from pyrula.cli import app_loader
+from pyrula.cli.beat import beat_command
+from pyrula.cli.celery_calls import call_command, result_command
+from pyrula.cli.celery_commands import purge_command
+from pyrula.cli.celery_control import control_command
 from pyrula.cli.db import db_group
 from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
@@ -48,6 +52,7 @@ def cli(ctx: click.Context, celery_app: str | None) -> None:
 
 
 cli.add_command(worker_command)
+cli.add_command(beat_command)
 cli.add_command(init_command)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
@@ -55,6 +60,10 @@ cli.add_command(db_group)
 cli.add_command(dev_command)
 cli.add_command(status_command)
 cli.add_command(inspect_command)
+cli.add_command(purge_command)
+cli.add_command(call_command)
+cli.add_command(result_command)
+cli.add_command(control_command)
 
 
 def main() -> None:

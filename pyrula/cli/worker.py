@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli import app_loader
-from pyrula.cli.logging_setup import LEVELS, configure_logging
+from pyrula.cli.daemon import Daemon, daemon_options, node_name
+from pyrula.cli.logging_setup import configure_logging, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
 from pyrula.workflows import (
     ArchivingStore,
@@ -47,7 +48,7 @@ log = logging.getLogger("pyrula.cli.worker")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-FLAG_ALIASES: dict[str, tuple[str, ...]] = {"max_concurrent_runs": ("-c",)}
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"max_concurrent_runs": ("-c", "--concurrency")}
 """Short forms of some option flags."""
 EXIT_FORCED = 1
 """Exit code after a second SIGTERM/SIGINT cut the graceful stop short."""
@@ -209,15 +210,9 @@ def import_workflow_modules(names: Iterable[str]) -> None:
     help="Keep ended runs in this Postgres archive: the store becomes an ArchivingStore "
     "over it (see `pyrula db migrate`).",
 )
-@click.option(
-    "--loglevel",
-    "-l",
-    type=click.Choice(LEVELS, case_sensitive=False),
-    default="INFO",
-    show_default=True,
-    help="Log records at this level and above go to stderr.",
-)
+@loglevel_option(logfile=True)
 @worker_option_flags
+@daemon_options
 @app_loader.celery_worker_flags
 def worker_command(
     modules: tuple[str, ...], store_url: str | None, loglevel: str, **values: Any
@@ -228,11 +223,19 @@ def worker_command(
     --shutdown-grace seconds, requeues the rest and exits 0. A second signal exits at
     once (code 1); runs still in flight then wait for their lease to expire.
     """
-    loaded = app_loader.load(values, loglevel) if app_loader.app_spec(values) else None
+    daemon = Daemon.from_values(values)
+    daemon.enter_workdir()
+    node = node_name(values.get("celery_hostname"))
+    logfile = daemon.log_path(node)
+    loaded = app_loader.load(values, loglevel, logfile) if app_loader.app_spec(values) else None
     if loaded is None:
+        # Celery's -I and -b mean the same without an app: more modules, the store.
+        modules += tuple(m.strip() for m in (values.get("celery_include") or "").split(","))
+        modules = tuple(m for m in modules if m)
+        store_url = broker_as_store(store_url, values)
         if not modules:
             raise CliUsageError("give --workflow MODULE (or -A APP for a Celery app)")
-        configure_logging(loglevel)
+        configure_logging(loglevel, logfile)
     options = options_from_params(values)
     if loaded is not None:  # the app's store, unless --store itself names one
         store_url = loaded.serve_store(store_url, explicit=given_on_command_line("store_url"))
@@ -245,8 +248,8 @@ def worker_command(
     import_workflow_modules(modules)
     if loaded is not None:
         app_loader.merge_default_registry(loaded.app)
-        for note in loaded.notes:
-            click.echo(note, err=True)
+    for note in app_loader.celery_notes(values):
+        click.echo(note, err=True)
     worker = WorkflowWorker(
         store=store, options=options, registry=loaded.registry if loaded else None
     )
@@ -255,17 +258,51 @@ def worker_command(
         raise CliUsageError(
             f"no @workflow functions are registered after importing {', '.join(modules)}",
         )
+    if daemon.detach:
+        daemon.start_detached(node)
+        click.echo(f"pyrula worker {node}: started in the background")
+        return
     banner = (
         f"pyrula worker {worker.worker_id} (pid {os.getpid()}): serving {', '.join(names)} "
         f"on {mask_url(store.url)}, up to {options.max_concurrent_runs} runs at once"
     )
+    purge = None
+    if values.get("celery_purge"):
+        from pyrula.cli.celery_commands import purge_targets
+
+        purge = purge_before_serving(
+            purge_targets(loaded.app, set(), set()) if loaded is not None else names
+        )
     try:
-        asyncio.run(serve_worker(worker, banner, loaded.on_start if loaded else None))
+        with daemon.running(node):
+            asyncio.run(serve_worker(worker, banner, loaded.on_start if loaded else None, purge))
     except PyrulaError as exc:
         raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
     finally:
         if loaded is not None:
             loaded.on_stop()
+
+
+def purge_before_serving(names: list[str]) -> Callable[[Any], Awaitable[None]]:
+    """``--purge``/``--discard``: before serving, discard every run of ``names`` that
+    waits to start (as ``pyrula purge`` does), as Celery purges its queues."""
+
+    async def purge(store: Any) -> None:
+        from pyrula.workflows.purging import purge_queued
+
+        count = await purge_queued(store, names)
+        click.echo(f"--purge: discarded {count} waiting run(s)")
+
+    return purge
+
+
+def broker_as_store(store_url: str | None, values: Mapping[str, Any]) -> str | None:
+    """Without an app, Celery's ``-b/--broker URL`` names the store; ``--store`` on the
+    command line wins over it."""
+    broker = values.get("celery_broker")
+    if broker and (store_url is None or not given_on_command_line("store_url")):
+        return str(broker)
+    return store_url
 
 
 def given_on_command_line(param: str) -> bool:
@@ -280,10 +317,14 @@ async def serve_worker(
     worker: WorkflowWorker,
     banner: str,
     on_start: Callable[[Any], Awaitable[None]] | None = None,
+    before_run: Callable[[Any], Awaitable[None]] | None = None,
+    *,
+    schedules_only: bool = False,
 ) -> None:
-    """Open the store, run ``on_start(store)`` (a Celery app's start-up), print
-    ``banner``, run ``worker`` with SIGTERM/SIGINT wired to a graceful stop, and close
-    the store after."""
+    """Open the store, run ``on_start(store)`` (a Celery app's start-up) and
+    ``before_run(store)`` (``--purge``), print ``banner``, run ``worker`` (only its
+    schedule loop with ``schedules_only``: ``pyrula beat``) with SIGTERM/SIGINT wired to
+    a graceful stop, and close the store after."""
     loop = asyncio.get_running_loop()
     received: list[float] = []
 
@@ -293,6 +334,10 @@ async def serve_worker(
             log.debug("ignoring %s repeated within %.1fs", name, REPEAT_SIGNAL_WINDOW)
             return
         received.append(time.monotonic())
+        if len(received) == 1 and schedules_only:
+            log.info("received %s: stopping (send it again to exit at once)", name)
+            worker.stop()
+            return
         if len(received) == 1:
             log.info(
                 "received %s: stopping; in-flight runs get %.1fs to finish, then are "
@@ -321,8 +366,10 @@ async def serve_worker(
         await worker.store.open()
         if on_start is not None:
             await on_start(worker.store)
+        if before_run is not None:
+            await before_run(worker.store)
         click.echo(banner)
-        await worker.run()
+        await (worker.run_schedules() if schedules_only else worker.run())
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from pyrula.workflows import purging
 from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.errors import (
     DurableInvocationError,
@@ -272,6 +273,12 @@ class WorkflowClient:
     def handle(self, workflow: str, run_id: str) -> RunHandle:
         """A handle on an existing run."""
         return RunHandle(self.store, workflow, run_id)
+
+    async def purge_queued(self, workflows: Iterable[str]) -> int:
+        """Cancel every run of ``workflows`` that waits to start (queued, never started:
+        due or delayed); return how many. Started runs are left alone. See
+        :func:`pyrula.workflows.purging.purge_queued`."""
+        return await purging.purge_queued(self.store, workflows)
 
     async def close(self) -> None:
         """Close the store."""

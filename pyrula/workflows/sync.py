@@ -21,7 +21,7 @@ import asyncio
 import os
 import threading
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -165,6 +165,11 @@ class WorkflowClient:
 
     def handle(self, workflow: str, run_id: str) -> SyncRunHandle:
         return SyncRunHandle(self, self._async.handle(workflow, run_id))
+
+    def purge_queued(self, workflows: Iterable[str], timeout: float | None = None) -> int:
+        """Cancel every run of ``workflows`` that waits to start; how many (see the async
+        :meth:`pyrula.workflows.WorkflowClient.purge_queued`)."""
+        return self._call(self._async.purge_queued(list(workflows)), timeout)
 
     def list_workers(
         self, timeout: float | None = None, *, stale_after: float | None = STALE_AFTER

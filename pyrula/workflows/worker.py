@@ -147,11 +147,8 @@ class WorkflowWorker:
 
     async def run(self) -> None:
         """Serve until :meth:`stop`. Nothing is left claimed by this worker when it returns."""
-        self._loop = asyncio.get_running_loop()
-        self._stop_event = asyncio.Event()
-        self._slot_freed = asyncio.Event()
-        if self._stop_requested.is_set():
-            self._stop_event.set()
+        stop = self._arm_stop()
+        self._slot_freed = slot_freed = asyncio.Event()
         definitions = {d.name: d for d in self.workflows}
         await self.store.open()
         self.started_at = await self.store.now()
@@ -198,12 +195,12 @@ class WorkflowWorker:
             )
         )
         try:
-            await self._stop_event.wait()
+            await stop.wait()
         finally:
             # The claim loop finishes its current claim and exits: cancelling it mid-claim
             # would drop runs it had just claimed, leaving them held until their lease ran out.
-            self._stop_event.set()
-            self._slot_freed.set()
+            stop.set()
+            slot_freed.set()
             self.wake_claimers()
             _, stuck = await asyncio.wait(claimers, timeout=self.options.cancel_timeout)
             for task in stuck:
@@ -222,6 +219,35 @@ class WorkflowWorker:
             except StoreError as exc:
                 log.warning("could not deregister worker %s: %s", self.worker_id, exc)
             log.info("worker %s stopped", self.worker_id)
+
+    async def run_schedules(self) -> None:
+        """Fire the store's due schedules until :meth:`stop`; serve no runs.
+
+        The schedule loop alone (a dedicated scheduler process, ``pyrula beat``): no
+        claims, no heartbeat (so ``pyrula status`` does not list it as a worker), no
+        lease renewal, timers, orphan scans or purges. Each slot still fires once across
+        this and every worker's schedule loop. Like :meth:`run`, it opens the store and
+        leaves closing it to the caller."""
+        stop = self._arm_stop()
+        await self.store.open()
+        log.info("scheduler %s firing the schedules of %s", self.worker_id, self.store.url)
+        schedules = asyncio.create_task(loops.schedule_loop(self), name="pyrula-schedules")
+        try:
+            await stop.wait()
+        finally:
+            stop.set()
+            schedules.cancel()
+            await asyncio.gather(schedules, return_exceptions=True)
+            log.info("scheduler %s stopped", self.worker_id)
+
+    def _arm_stop(self) -> asyncio.Event:
+        """Bind :meth:`stop` to the running event loop; returns the event it sets (set
+        already if ``stop()`` came first)."""
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = stop = asyncio.Event()
+        if self._stop_requested.is_set():
+            stop.set()
+        return stop
 
     # -- claiming ----------------------------------------------------------------------
     def _free_slots(self) -> int:

@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
 
 
+def purgeable(app: Celery) -> list[str]:
+    """The names a purge covers: every task of ``app`` and its canvas runs (not the
+    revoke notices it keeps)."""
+    return sorted(d.name for d in app.registry.all() if d.name != notices.NOTICE)
+
+
 class Control:
     """Celery's remote control, on the store: no broadcast, nothing held in memory."""
 
@@ -72,8 +78,11 @@ class Control:
         self.revoke(task_id, terminate=True, signal=signal)
 
     def purge(self) -> int:
-        """Celery drops queued messages; pyrula keeps runs (cancel them instead): 0."""
-        return 0
+        """Discard every task of the app that waits to start (queued, or held by a
+        countdown or eta, never started) and return how many: each is revoked (it reads
+        ``REVOKED``; in Celery a purged id reads ``PENDING``). Started tasks are left
+        alone. As ``pyrula purge -A proj -f``."""
+        return int(self.app.client().purge_queued(purgeable(self.app)))
 
     discard_all = purge
 

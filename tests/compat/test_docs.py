@@ -34,7 +34,7 @@ EAGER = {1, 2, 3, 4, 5, 6, 14, 27}
 # 26 and 35 flip task_always_eager on while a worker serves the app: the next call runs
 # here (35 also keeps its result in the worker's store).
 WORKER = {9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 22, 23, 24, 25, 26, 29, 30, 32, 33, 34, 35}
-SHELL = {7, 8, 31}
+SHELL = {7, 8, 31, 36}  # 36 runs in test_cli_celery_commands.py
 BEAT, DJANGO, NO_CODE = {docs.BEAT}, {28}, {21}
 MODES = EAGER | WORKER | SHELL | BEAT | DJANGO | NO_CODE
 T = 60

@@ -172,7 +172,8 @@ def test_bad_input_is_a_usage_error(args: list[str], message: str) -> None:
 
 def test_the_app_option_before_status_and_inspect_is_accepted() -> None:
     code, out = invoke("-A", "proj", "runs", "list")
-    assert code == 2 and "`pyrula worker`, `pyrula status`, `pyrula inspect` take one" in out
+    assert code == 2 and "`pyrula runs` takes no app; only `pyrula worker`, " in out
+    assert "`pyrula status`, `pyrula inspect`" in out and "take one" in out
     code, out = invoke("-A", "no_such_celery_project_xyz", "inspect", "ping")
     assert code == 2 and "-A no_such_celery_project_xyz: cannot load the app" in out
 

@@ -37,14 +37,13 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli.render import CliError, CliUsageError
+from pyrula.workflows.inspection import DEFAULT_NODE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DETACHED_ENV = "PYRULA_DETACHED"
 """Set in the environment of the process ``--detach`` starts, which then serves in place
 (its command line still says ``--detach``)."""
-DEFAULT_NODE = "celery"
-"""The name part of the node name when ``-n`` is not given, as in Celery."""
 
 
 def node_name(spec: str | None) -> str:

@@ -79,7 +79,7 @@ def remote_control_options(command: F) -> F:
                 multiple=True,
                 metavar="NAMES",
                 help="Comma-separated worker ids, hostnames or Celery node names "
-                "(celery@HOSTNAME, matched by the hostname). Default: every worker.",
+                "(NAME@HOSTNAME: the worker's -n, else celery@HOSTNAME). Default: every worker.",
             ),
             click.option(
                 "-t",

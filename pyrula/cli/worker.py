@@ -23,6 +23,7 @@ import sys
 import textwrap
 import time
 import typing
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -236,6 +237,10 @@ def worker_command(
         if not modules:
             raise CliUsageError("give --workflow MODULE (or -A APP for a Celery app)")
         configure_logging(loglevel, logfile)
+    if values.get("celery_hostname") and not values.get("worker_id"):
+        # Celery's node name leads the id, which stays unique per process (two workers
+        # under one id would take each other's leases for their own).
+        values["worker_id"] = f"{node}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     options = options_from_params(values)
     if loaded is not None:  # the app's store, unless --store itself names one
         store_url = loaded.serve_store(store_url, explicit=given_on_command_line("store_url"))

@@ -16,7 +16,8 @@ that heartbeat is at most ``stale_after`` seconds old by the store's clock (defa
 heartbeats, and its runs' leases have lapsed and other workers take them back).
 
 Destinations are matched as Celery users write them: a worker id, a hostname, or a
-Celery node name ``NAME@HOSTNAME`` (matched by its hostname part).
+Celery node name ``NAME@HOSTNAME`` (the node a worker was started as with ``-n``, else
+``celery@HOSTNAME``, Celery's default).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ DEAD_WORKER_KEPT = 86_400.0
 before the orphan scan forgets it."""
 LIST_LIMIT = 1000
 """Most runs one answer reads from the store (newest first)."""
+DEFAULT_NODE = "celery"
+"""The name part of a worker's Celery node name when it was started without ``-n``."""
 STORE_NODE = "store"
 """The node under which delayed runs, which no worker holds, are filed."""
 COMMANDS = (
@@ -68,14 +71,23 @@ def destinations(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 def matches(worker: WorkerInfo, names: Sequence[str]) -> bool:
     """Whether ``worker`` is one of ``names``: its worker id, its hostname, or a Celery
-    node name ``NAME@HOSTNAME`` with its hostname. No names match every worker."""
+    node name ``NAME@HOSTNAME``. A worker started with a node name (``pyrula worker -n
+    w1@%h``: its id is ``w1@HOST-PID-RANDOM``) is matched by that node name; one without
+    (the default id, ``HOST-PID-RANDOM``) by Celery's default node name, ``celery@HOST``.
+    No names match every worker."""
     if not names:
         return True
+    has_node = "@" in worker.worker_id
     for name in names:
         if name and name in (worker.worker_id, worker.hostname):
             return True
-        _, at, host = name.partition("@")
-        if at and host and host == worker.hostname:
+        node, at, host = name.partition("@")
+        if not (at and host):
+            continue
+        if has_node:
+            if worker.worker_id.startswith(f"{name}-"):
+                return True
+        elif node == DEFAULT_NODE and host == worker.hostname:
             return True
     return False
 

@@ -29,6 +29,7 @@ from tests.integration.test_cli_worker import (  # noqa: F401  (fixtures: client
     REPO_ROOT,
     Workers,
     client,
+    pyrula_command,
     runs_in,
     workers,
 )
@@ -214,3 +215,29 @@ def test_uid_and_gid_switch_the_process_user_and_group() -> None:
     os.close(read)
     os.waitpid(pid, 0)
     assert reported == f"{nobody.pw_uid} {nobody.pw_uid} {nogroup.gr_gid} [{nogroup.gr_gid}]"
+
+
+def test_node_names_lead_worker_ids_and_pick_workers_for_inspect(workers: Workers) -> None:  # noqa: F811
+    """``-n w1@%h``: the worker id starts with the node name (and stays unique); ``pyrula
+    inspect -d w1@HOST`` picks that node's worker, ``-d celery@HOST`` the workers started
+    without ``-n``."""
+    first = workers.serve("-n", "w1@%h")
+    second = workers.serve("-n", "w2@%h")
+    plain = workers.serve()
+    assert first.worker_id.startswith(f"w1@{HOST}-{first.proc.pid}-")
+    assert second.worker_id.startswith(f"w2@{HOST}-")
+    assert "@" not in plain.worker_id
+
+    def pinged(destination: str) -> str:
+        done = subprocess.run(
+            [*pyrula_command(), "inspect", "ping", "--store", workers.url, "-d", destination],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        return done.stdout
+
+    answer = pinged(f"w1@{HOST}")
+    assert first.worker_id in answer and second.worker_id not in answer, answer
+    answer = pinged(f"celery@{HOST}")
+    assert plain.worker_id in answer and first.worker_id not in answer, answer
+    for worker in (first, second, plain):
+        assert worker.stop() == 0

@@ -23,7 +23,6 @@ from pyrula.cli.runs import store_option, with_store
 from pyrula.cli.worker import given_on_command_line
 from pyrula.workflows.inspection import (
     COMMANDS,
-    STALE_AFTER,
     STORE_NODE,
     Answer,
     Arguments,
@@ -93,12 +92,11 @@ def remote_control_options(command: F) -> F:
             click.option(
                 "--stale-after",
                 type=click.FloatRange(min=0, min_open=True),
-                default=STALE_AFTER,
-                show_default=True,
+                default=None,
                 metavar="SECONDS",
                 help="A worker whose last heartbeat is older than this is not counted. "
-                "Workers heartbeat every third of their --lock-ttl: give your workers' "
-                "--lock-ttl if you changed it.",
+                "Default: each worker's own --lock-ttl (it heartbeats every third of it, "
+                "and says which in its heartbeat).",
             ),
             click.option("-j", "--json", "as_json", is_flag=True, help="Print JSON."),
         )
@@ -128,7 +126,7 @@ def ask(
     store_url: str | None,
     celery_app: str | None,
     destination: tuple[str, ...],
-    stale_after: float,
+    stale_after: float | None,
     command: str,
     args: tuple[str, ...] = (),
 ) -> Answer:
@@ -207,7 +205,7 @@ def status_command(
     celery_app: str | None,
     destination: tuple[str, ...],
     timeout: float,
-    stale_after: float,
+    stale_after: float | None,
     as_json: bool,
 ) -> None:
     """Show the workers that are online.
@@ -249,7 +247,7 @@ def inspect_command(
     celery_app: str | None,
     destination: tuple[str, ...],
     timeout: float,
-    stale_after: float,
+    stale_after: float | None,
     as_json: bool,
 ) -> None:
     """Inspect the workers: ping, active, registered, stats, ...

@@ -11,9 +11,9 @@ from one read of the store, for ``pyrula status`` / ``pyrula inspect`` and for
 Liveness: ``Store.list_workers`` returns every worker that heartbeated and has not
 deregistered, on every store. A killed worker (SIGKILL, OOM, a lost machine) never
 deregisters, so it stays there with its last heartbeat. Here a worker is alive while
-that heartbeat is at most ``stale_after`` seconds old by the store's clock (default
-:data:`STALE_AFTER`, the default ``lock_ttl``: by then a worker has missed two
-heartbeats, and its runs' leases have lapsed and other workers take them back).
+that heartbeat is at most its own ``lock_ttl`` old by the store's clock (each heartbeat
+carries it: by then the worker has missed two heartbeats, and its runs' leases have
+lapsed and other workers take them back), or ``stale_after`` seconds when one is given.
 
 Destinations are matched as Celery users write them: a worker id, a hostname, or a
 Celery node name ``NAME@HOSTNAME`` (the node a worker was started as with ``-n``, else
@@ -28,12 +28,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from pyrula.workflows.options import WorkerOptions
 from pyrula.workflows.records import RunRecord, RunStatus, WorkerInfo
 from pyrula.workflows.stores.base import Store
 
-STALE_AFTER = WorkerOptions.lock_ttl
-"""Seconds after its last heartbeat a worker stops counting as alive, by default."""
 DEAD_WORKER_KEPT = 86_400.0
 """Seconds a killed worker stays in ``list_workers`` (the dashboard shows it, as dead)
 before the orphan scan forgets it."""
@@ -92,9 +89,11 @@ def matches(worker: WorkerInfo, names: Sequence[str]) -> bool:
     return False
 
 
-def is_alive(worker: WorkerInfo, now: float, stale_after: float = STALE_AFTER) -> bool:
-    """Whether the worker's last heartbeat is at most ``stale_after`` seconds old."""
-    return now - worker.last_seen <= stale_after
+def is_alive(worker: WorkerInfo, now: float, stale_after: float | None = None) -> bool:
+    """Whether the worker's last heartbeat is at most ``stale_after`` seconds old (None:
+    the worker's own ``lock_ttl``, three of its heartbeat intervals)."""
+    limit = worker.lock_ttl if stale_after is None else stale_after
+    return now - worker.last_seen <= limit
 
 
 async def _workers_now(store: Store) -> tuple[list[WorkerInfo], float]:
@@ -103,8 +102,9 @@ async def _workers_now(store: Store) -> tuple[list[WorkerInfo], float]:
     return workers, await store.now()
 
 
-async def live_workers(store: Store, stale_after: float = STALE_AFTER) -> list[WorkerInfo]:
-    """The workers whose heartbeat is fresh, most recently seen first."""
+async def live_workers(store: Store, stale_after: float | None = None) -> list[WorkerInfo]:
+    """The workers whose heartbeat is fresh (see :func:`is_alive`), most recently seen
+    first."""
     workers, now = await _workers_now(store)
     return [w for w in workers if is_alive(w, now, stale_after)]
 
@@ -175,7 +175,7 @@ class Inspector:
     (see :func:`destinations`); ``stale_after`` as in :func:`is_alive`."""
 
     destination: str | Iterable[str] | None = None
-    stale_after: float = STALE_AFTER
+    stale_after: float | None = None
     arguments: Arguments = workflow_arguments
     limit: int = LIST_LIMIT
 
@@ -285,7 +285,6 @@ class Inspector:
 
 __all__ = [
     "COMMANDS",
-    "STALE_AFTER",
     "STORE_NODE",
     "Answer",
     "Inspector",

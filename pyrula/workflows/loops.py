@@ -91,6 +91,7 @@ async def renew_once(worker: WorkflowWorker, workflows: list[str], *, leases: bo
             started_at=worker.started_at,
             last_seen=0.0,
             running=len(active_runs),
+            lock_ttl=worker.options.lock_ttl,
         )
     )
     if not leases or not active_runs or fault_point("skip_lease_renewal"):

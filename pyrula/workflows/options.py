@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from pyrula.workflows.errors import ConfigurationError
+from pyrula.workflows.records import DEFAULT_LOCK_TTL
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 
 PURGE_INTERVAL_MAX = 60.0
@@ -35,7 +36,7 @@ class WorkerOptions:
     """After the grace, how long a cancelled run gets to unwind before it is abandoned."""
     shard_lease_interval: float = 10.0
     """How often shard leases are renewed (sharded stores only)."""
-    lock_ttl: float = 30.0
+    lock_ttl: float = DEFAULT_LOCK_TTL
     """A run's lease lasts this long; it is renewed every third of it while the run lives."""
     schedule_poll_interval: float = 30.0
     """Longest the schedule loop sleeps before looking for due schedules."""

@@ -49,6 +49,8 @@ TERMINAL_STATUSES = frozenset(
 RETRYABLE_STATUSES = frozenset(
     {RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TERMINATED, RunStatus.DEAD}
 )
+DEFAULT_LOCK_TTL = 30.0
+"""``WorkerOptions.lock_ttl``'s default, and a heartbeat's that did not say."""
 DEFAULT_OWNER = ""
 """The tenant of runs submitted without an owner."""
 
@@ -261,3 +263,6 @@ class WorkerInfo:
     started_at: float
     last_seen: float
     running: int
+    lock_ttl: float = DEFAULT_LOCK_TTL
+    """The worker's ``lock_ttl`` (the default for a heartbeat that did not say): it
+    heartbeats every third of it, so one silent for longer is dead."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyrula.workflows.client import Delay, RunHandle, outcome_of
 from pyrula.workflows.client import WorkflowClient as AsyncWorkflowClient
 from pyrula.workflows.errors import PyrulaError, RunNotFound
-from pyrula.workflows.inspection import STALE_AFTER, live_workers
+from pyrula.workflows.inspection import live_workers
 from pyrula.workflows.records import RunRecord, RunStatus, WorkerInfo
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
@@ -172,12 +172,17 @@ class WorkflowClient:
         return self._call(self._async.purge_queued(list(workflows)), timeout)
 
     def list_workers(
-        self, timeout: float | None = None, *, stale_after: float | None = STALE_AFTER
+        self,
+        timeout: float | None = None,
+        *,
+        stale_after: float | None = None,
+        include_dead: bool = False,
     ) -> list[WorkerInfo]:
         """The live workers, most recently seen first: those whose heartbeat is at most
-        ``stale_after`` seconds old (see :mod:`pyrula.workflows.inspection`); with
-        ``stale_after=None`` also the killed ones the store still lists."""
-        if stale_after is None:
+        their own ``lock_ttl`` old, or ``stale_after`` seconds if given (see
+        :mod:`pyrula.workflows.inspection`); with ``include_dead`` also the killed ones
+        the store still lists."""
+        if include_dead:
             return self._call(self.store.list_workers(), timeout)
         return self._call(live_workers(self.store, stale_after), timeout)
 

@@ -4,7 +4,8 @@ There is no broadcast: workers report through their heartbeats, and what they ru
 in the store. The reading is :class:`pyrula.workflows.inspection.Inspector`'s (shared
 with ``pyrula inspect``); this class gives it Celery's signature and return values:
 ``{node: reply}``, or None when no live worker matches. A worker counts while its last
-heartbeat is fresh (``stale_after``, default 30 s), so a killed one drops out.
+heartbeat is fresh (at most its ``lock_ttl`` old, or ``stale_after`` seconds), so a killed
+one drops out.
 ``active()`` lists each worker's running tasks, as Celery's request dicts;
 ``scheduled()`` lists the tasks waiting for their countdown or eta, which no worker
 holds (a pyrula worker prefetches nothing), under the node name ``store``;
@@ -18,7 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord, Store, inspection, open_store
-from pyrula.workflows.inspection import STALE_AFTER, STORE_NODE, Answer, Inspector
+from pyrula.workflows.inspection import STORE_NODE, Answer, Inspector
 from pyrula.workflows.records import WorkerInfo
 from pyrula.workflows.stores.schedule_admin import run_blocking
 from pyrula_compat import codec
@@ -53,7 +54,7 @@ class Inspect:
         limit: Any = None,
         pattern: Any = None,
         matcher: Any = None,
-        stale_after: float = STALE_AFTER,
+        stale_after: float | None = None,
     ) -> None:
         self.app = app if app is not None else get_current_app()
         self.destination = destination

@@ -142,6 +142,7 @@ CREATE TABLE workers (
     running INTEGER NOT NULL
 );
 INSERT INTO meta VALUES ('schema_version', '1');
+INSERT INTO workers VALUES ('old-worker', '["wf"]', 'web-1', 7, 1, 1, 0);
 INSERT INTO runs (run_id, workflow, params, status, owner, created_at, available_at, updated_at)
 VALUES ('old-a', 'wf', '{}', 'queued', 'acme', 1, 1, 1),
        ('old-b', 'wf', '{}', 'queued', 'acme', 2, 2, 2),
@@ -159,6 +160,7 @@ async def test_a_version_1_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     assert run is not None and run.parent_run_id is None and run.wake_at is None
     assert run.flow.is_empty and run.owner == "acme"
     assert run.expires_at is None and run.progress_state is None and run.progress_info is None
+    assert [(w.worker_id, w.lock_ttl) for w in await store.list_workers()] == [("old-worker", 30)]
     # The owners of existing runs were recorded, so claims find them, fairly.
     leases = await store.claim_runs("w", ["wf"], 10, 30)
     assert [lease.run_id for lease in leases] == ["old-a", "old-c", "old-b"]
@@ -198,7 +200,7 @@ async def test_a_version_2_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     conn = raw(sqlite_path)
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == (SCHEMA_VERSION,) == ("5",)
+    assert version == (SCHEMA_VERSION,) == ("6",)
 
 
 async def test_a_held_back_claim_writes_nothing(sqlite_store: SqliteStore) -> None:
@@ -485,5 +487,5 @@ async def test_a_version_4_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     query = "EXPLAIN QUERY PLAN " + Q["due_heads"]
     plan = conn.execute(query, {"workflow": "wf", "due": 0}).fetchall()
     conn.close()
-    assert version == ("5",)
+    assert version == (SCHEMA_VERSION,)
     assert any("owners_active" in str(row[-1]) for row in plan)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pyrula.workflows.inspection import (
     DEAD_WORKER_KEPT,
-    STALE_AFTER,
     STORE_NODE,
     Inspector,
     forget_dead_workers,
     live_workers,
 )
+from pyrula.workflows.records import DEFAULT_LOCK_TTL as STALE_AFTER
 from pyrula.workflows.records import WorkerInfo
 from pyrula.workflows.stores.base import Store
 
@@ -23,7 +23,10 @@ from .helpers import claim_one, create
 
 
 def info(
-    worker_id: str, hostname: str = "web-1", workflows: tuple[str, ...] = ("wf",)
+    worker_id: str,
+    hostname: str = "web-1",
+    workflows: tuple[str, ...] = ("wf",),
+    lock_ttl: float = STALE_AFTER,
 ) -> WorkerInfo:
     return WorkerInfo(
         worker_id=worker_id,
@@ -33,10 +36,11 @@ def info(
         started_at=START - 100,
         last_seen=0.0,
         running=0,
+        lock_ttl=lock_ttl,
     )
 
 
-async def live_ids(store: Store, stale_after: float = STALE_AFTER) -> list[str]:
+async def live_ids(store: Store, stale_after: float | None = None) -> list[str]:
     return [w.worker_id for w in await live_workers(store, stale_after)]
 
 
@@ -52,6 +56,19 @@ async def test_a_worker_counts_until_its_heartbeat_is_older_than_stale_after(
     assert await live_ids(store, stale_after=STALE_AFTER + 1) == ["w1"]
     await store.heartbeat(info("w1"))
     assert await live_ids(store) == ["w1"]
+
+
+async def test_each_worker_is_judged_by_its_own_lock_ttl(store: Store, clock: FakeClock) -> None:
+    """A worker heartbeats every third of its lock_ttl and says which: one with a long
+    lock_ttl is not dead between two heartbeats, one with a short one is soon dead."""
+    await store.heartbeat(info("patient", lock_ttl=120))
+    await store.heartbeat(info("eager", lock_ttl=6))
+    clock.advance(45)  # past the default's 30 s, within a 120 s lock_ttl
+    assert await live_ids(store) == ["patient"]
+    assert await live_ids(store, stale_after=50) == ["patient", "eager"]  # given: for all
+    assert (await Inspector().ping(store)).nodes == {"patient": {"ok": "pong"}}
+    clock.advance(120 - 45 + 0.5)
+    assert await live_ids(store) == []
 
 
 async def test_only_the_stale_worker_drops_out(store: Store, clock: FakeClock) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pyrula.workflows.records import WorkerInfo
 from pyrula.workflows.stores.base import Store
 
@@ -22,7 +24,7 @@ def info(worker_id: str, running: int = 0, workflows: tuple[str, ...] = ("a", "b
 
 async def test_heartbeat_records_store_time(store: Store, clock: FakeClock) -> None:
     assert await store.list_workers() == []
-    await store.heartbeat(info("w1", running=2))
+    await store.heartbeat(replace(info("w1", running=2), lock_ttl=90.5))
     [seen] = await store.list_workers()
     assert seen == WorkerInfo(
         worker_id="w1",
@@ -32,6 +34,7 @@ async def test_heartbeat_records_store_time(store: Store, clock: FakeClock) -> N
         started_at=START - 100,
         last_seen=START,
         running=2,
+        lock_ttl=90.5,
     )
 
 

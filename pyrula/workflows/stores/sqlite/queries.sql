@@ -467,12 +467,14 @@ RETURNING schedule_id;
 
 -- name: upsert_worker
 -- An upsert, not INSERT OR REPLACE, so a worker keeps its rowid (the tie-break order).
-INSERT INTO workers (worker_id, workflows, hostname, pid, started_at, last_seen, running)
-VALUES (:worker_id, :workflows, :hostname, :pid, :started_at, :last_seen, :running)
+INSERT INTO workers (worker_id, workflows, hostname, pid, started_at, last_seen, running,
+                     lock_ttl)
+VALUES (:worker_id, :workflows, :hostname, :pid, :started_at, :last_seen, :running,
+        :lock_ttl)
 ON CONFLICT (worker_id) DO UPDATE SET
     workflows = excluded.workflows, hostname = excluded.hostname, pid = excluded.pid,
     started_at = excluded.started_at, last_seen = excluded.last_seen,
-    running = excluded.running;
+    running = excluded.running, lock_ttl = excluded.lock_ttl;
 
 -- name: delete_worker
 DELETE FROM workers WHERE worker_id = :worker_id;

@@ -154,7 +154,8 @@ CREATE TABLE IF NOT EXISTS workers (
     pid        INTEGER NOT NULL,
     started_at REAL    NOT NULL,
     last_seen  REAL    NOT NULL,
-    running    INTEGER NOT NULL
+    running    INTEGER NOT NULL,
+    lock_ttl   REAL    NOT NULL DEFAULT 30.0       -- the worker's; it heartbeats every third
 );
 
 -- Lease news for workers in other processes: a cancel or terminate of a running run

@@ -21,7 +21,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.sqlfiles import flow_of_row, parse_named, read_sql
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 
 def _read(filename: str) -> str:
@@ -154,11 +154,14 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "2": _V3_RUN_COLUMNS + _V4_RUN_COLUMNS,
     "3": _V4_RUN_COLUMNS,
     "4": (),
+    "5": (),
 }
 """The run columns a file of each older version lacks."""
 _V5_OWNER_COLUMN = "active INTEGER NOT NULL DEFAULT 1"
 """Version 5: owners with queued runs, so claims skip idle ones. Every existing owner
 starts active; the first claim clears the idle ones."""
+_V6_WORKER_COLUMN = "lock_ttl REAL NOT NULL DEFAULT 30.0"
+"""Version 6: each worker's lock_ttl, by which its heartbeat's age is judged."""
 
 
 def _migrate(conn: sqlite3.Connection, found: str) -> None:
@@ -170,6 +173,9 @@ def _migrate(conn: sqlite3.Connection, found: str) -> None:
     owner_columns = {row[1] for row in conn.execute("PRAGMA table_info(owners)")}
     if owner_columns and "active" not in owner_columns:  # no table: SCHEMA creates it
         conn.execute(f"ALTER TABLE owners ADD COLUMN {_V5_OWNER_COLUMN}")
+    worker_columns = {row[1] for row in conn.execute("PRAGMA table_info(workers)")}
+    if worker_columns and "lock_ttl" not in worker_columns:
+        conn.execute(f"ALTER TABLE workers ADD COLUMN {_V6_WORKER_COLUMN}")
     for statement in SCHEMA:
         conn.execute(statement)
     if found == "1":
@@ -275,4 +281,5 @@ def to_worker(row: sqlite3.Row) -> WorkerInfo:
         started_at=row["started_at"],
         last_seen=row["last_seen"],
         running=row["running"],
+        lock_ttl=row["lock_ttl"],
     )

@@ -364,6 +364,7 @@ class SqliteStore(SqliteWatch, SqliteSchedules, ScheduleAdmin):
                 started_at=info.started_at,
                 last_seen=t.now,
                 running=info.running,
+                lock_ttl=info.lock_ttl,
             )
 
         await self._db.transact(tx)

@@ -13,7 +13,13 @@ import asyncio
 import json
 from typing import Any
 
-from pyrula.workflows.records import NewRun, RunRecord, ScheduleRecord, WorkerInfo
+from pyrula.workflows.records import (
+    DEFAULT_LOCK_TTL,
+    NewRun,
+    RunRecord,
+    ScheduleRecord,
+    WorkerInfo,
+)
 from pyrula.workflows.stores.valkey.clients import drop_reply
 from pyrula.workflows.stores.valkey.codec import num, schedule_fields, text, to_schedule
 from pyrula.workflows.stores.valkey.core import ValkeyCore, monotonic
@@ -194,6 +200,7 @@ class ScheduleOps(ValkeyCore):
                 "pid": info.pid,
                 "started_at": info.started_at,
                 "running": info.running,
+                "lock_ttl": info.lock_ttl,
             },
             ensure_ascii=False,
         )
@@ -221,6 +228,7 @@ class ScheduleOps(ValkeyCore):
                 started_at=data["started_at"],
                 last_seen=float(last_seen),
                 running=data["running"],
+                lock_ttl=float(data.get("lock_ttl", DEFAULT_LOCK_TTL)),  # older builds': none
             )
             found.append((-info.last_seen, int(seq), info))
         found.sort(key=lambda item: (item[0], item[1]))

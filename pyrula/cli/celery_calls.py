@@ -50,15 +50,10 @@ def _expiry(text: str) -> float | datetime:
 
 def call_arguments(args_text: str | None, kwargs_text: str | None) -> tuple[list[Any], Any]:
     """``-a``/``-k`` as a list and a dict; anything else is a usage error."""
-    args = [] if args_text is None else render.parse_json(args_text, "-a/--args")
-    if not isinstance(args, list):
-        raise CliUsageError(f"-a/--args must be a JSON array, got {render.clip(args_text or '')}")
-    kwargs = {} if kwargs_text is None else render.parse_json(kwargs_text, "-k/--kwargs")
-    if not isinstance(kwargs, dict):
-        raise CliUsageError(
-            f"-k/--kwargs must be a JSON object, got {render.clip(kwargs_text or '')}"
-        )
-    return args, kwargs
+    return (
+        render.parse_json_array(args_text, "-a/--args"),
+        render.parse_json_object(kwargs_text, "-k/--kwargs"),
+    )
 
 
 def _app_name(app: Any) -> str:

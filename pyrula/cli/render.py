@@ -304,3 +304,19 @@ def parse_json(text: str, flag: str) -> Any:
         return json.loads(text, parse_constant=refuse)
     except ValueError as exc:
         raise CliUsageError(f"{flag} is not valid JSON ({exc}): {clip(text)}") from None
+
+
+def parse_json_object(text: str | None, flag: str) -> dict[str, Any]:
+    """``text`` as a JSON object (None: an empty one); anything else is a usage error."""
+    value = {} if text is None else parse_json(text, flag)
+    if not isinstance(value, dict):
+        raise CliUsageError(f"{flag} must be a JSON object, got {clip(text or '')}")
+    return value
+
+
+def parse_json_array(text: str | None, flag: str) -> list[Any]:
+    """``text`` as a JSON array (None: an empty one); anything else is a usage error."""
+    value = [] if text is None else parse_json(text, flag)
+    if not isinstance(value, list):
+        raise CliUsageError(f"{flag} must be a JSON array, got {clip(text or '')}")
+    return value

@@ -129,9 +129,7 @@ def submit_command(
     workflow's definition, so give the module that defines NAME with --workflow (as for
     `pyrula worker`), or pass --unchecked to submit by name alone.
     """
-    params = {} if params_text is None else render.parse_json(params_text, "--params")
-    if not isinstance(params, dict):
-        raise CliUsageError(f"--params must be a JSON object, got {render.clip(params_text or '')}")
+    params = render.parse_json_object(params_text, "--params")
     if timeout is not None and not wait:
         raise CliUsageError("--timeout goes with --wait")
     if modules and unchecked:

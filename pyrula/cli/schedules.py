@@ -187,9 +187,7 @@ def create_command(
     """
     if (cron is None) == (every is None):
         raise CliUsageError("give exactly one of --cron EXPR or --every SECONDS")
-    params = {} if params_text is None else render.parse_json(params_text, "--params")
-    if not isinstance(params, dict):
-        raise CliUsageError(f"--params must be a JSON object, got {render.clip(params_text or '')}")
+    params = render.parse_json_object(params_text, "--params")
     try:
         schedule = Schedule.create(
             workflow,

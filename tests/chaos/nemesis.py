@@ -68,17 +68,30 @@ async def holders(store: Store) -> dict[str, int]:
     return held
 
 
+HOLDER_POLL = 0.02
+"""Seconds between two looks for a worker holding a run, when none did."""
+
+
 async def kill_holders(
     store: Store, supervisor: Supervisor, rng: random.Random, count: int, gap: float
 ) -> int:
     """``count`` times, ``gap`` seconds apart: SIGKILL a random live worker that holds a
-    run (its steps are mid-flight, or its journal or outcome write is). The supervisor
-    records each death as a fault window and starts a replacement. Returns the kills."""
+    run (its steps are mid-flight, or its journal or outcome write is). A moment when no
+    worker holds a run (runs are short, and come in spread out) is waited out, up to
+    ``gap`` seconds more, so the kills do not depend on the timing of the machine. The
+    supervisor records each death as a fault window and starts a replacement. Returns
+    the kills."""
     kills = 0
+    loop = asyncio.get_running_loop()
     for _ in range(count):
         await asyncio.sleep(gap * rng.uniform(0.6, 1.4))
-        held = await holders(store)
-        alive = [w for w in supervisor.slots if w.alive() and held.get(w.worker_id)]
+        deadline = loop.time() + gap
+        while True:
+            held = await holders(store)
+            alive = [w for w in supervisor.slots if w.alive() and held.get(w.worker_id)]
+            if alive or loop.time() >= deadline:
+                break
+            await asyncio.sleep(HOLDER_POLL)
         if not alive:
             continue
         victim = rng.choice(sorted(alive, key=lambda w: w.worker_id))

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
@@ -127,6 +127,8 @@ class Daemon:
     umask: int | None = None
     workdir: str | None = None
     executable: str | None = None
+    origin: str = field(default_factory=os.getcwd)
+    """The directory the command started in (``--workdir`` is relative to it)."""
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> Daemon:
@@ -186,6 +188,7 @@ class Daemon:
                 stderr=out,
                 start_new_session=True,
                 close_fds=True,
+                cwd=self.origin,  # where its command line's relative paths start
             )
         except OSError as exc:
             raise CliError(f"--detach: cannot start {argv[0]}: {exc}") from None

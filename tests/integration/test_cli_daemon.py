@@ -141,9 +141,10 @@ def test_detach_serves_in_the_background_until_signalled(
     tmp_path: Path,
 ) -> None:
     pidfile, logfile = tmp_path / "bg.pid", tmp_path / "bg.log"
+    (tmp_path / "sub").mkdir()  # a relative --workdir: the background process goes there too
     foreground = workers.start(
         "--workflow", MODULE, "--store", workers.url, *FAST, "--detach",
-        "--pidfile", str(pidfile), "--logfile", str(logfile), "--workdir", str(REPO_ROOT),
+        "--pidfile", str(pidfile), "--logfile", str(logfile), "--workdir", "sub",
         cwd=tmp_path, wait=False,
     )  # fmt: skip
     assert foreground.proc.wait(30) == 0, foreground.stderr

@@ -47,10 +47,6 @@ CELERY_ONLY_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
      "task per free slot"),
     (("-n", "--hostname"), "celery_hostname", False, ""),
     (("--autoscale",), "celery_autoscale", False, "--autoscale: use -c/--max-concurrent-runs"),
-    (("--max-tasks-per-child",), "celery_max_tasks_per_child", False,
-     "--max-tasks-per-child: no child processes to recycle"),
-    (("--max-memory-per-child",), "celery_max_memory_per_child", False,
-     "--max-memory-per-child: no child processes to recycle"),
     (("--prefetch-multiplier",), "celery_prefetch", False,
      "--prefetch-multiplier: pyrula never prefetches"),
     (("--without-gossip",), "celery_without_gossip", True, ""),
@@ -126,7 +122,9 @@ def celery_worker_flags(command: F) -> F:
 
 GROUP_APP = "pyrula.celery_app"
 """``ctx.meta`` key of an ``-A`` given before the subcommand (``pyrula -A proj worker``)."""
-APP_COMMANDS = ("worker", "beat", "status", "inspect", "purge", "call", "result", "control")
+APP_COMMANDS = (
+    "worker", "beat", "multi", "status", "inspect", "purge", "call", "result", "control",
+)  # fmt: skip
 """The subcommands that take an app."""
 
 

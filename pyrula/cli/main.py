@@ -22,6 +22,7 @@ from pyrula.cli.db import db_group
 from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
 from pyrula.cli.inspect import inspect_command, status_command
+from pyrula.cli.multi import multi_command
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
 from pyrula.cli.worker import worker_command
@@ -64,6 +65,7 @@ cli.add_command(purge_command)
 cli.add_command(call_command)
 cli.add_command(result_command)
 cli.add_command(control_command)
+cli.add_command(multi_command)
 
 
 def main() -> None:

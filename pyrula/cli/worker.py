@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pyrula.cli import app_loader
+from pyrula.cli import app_loader, recycle
 from pyrula.cli.daemon import Daemon, daemon_options, node_name
 from pyrula.cli.logging_setup import configure_logging, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
@@ -214,6 +214,7 @@ def import_workflow_modules(names: Iterable[str]) -> None:
 @loglevel_option(logfile=True)
 @worker_option_flags
 @daemon_options
+@recycle.recycle_options
 @app_loader.celery_worker_flags
 def worker_command(
     modules: tuple[str, ...], store_url: str | None, loglevel: str, **values: Any
@@ -224,6 +225,7 @@ def worker_command(
     --shutdown-grace seconds, requeues the rest and exits 0. A second signal exits at
     once (code 1); runs still in flight then wait for their lease to expire.
     """
+    child = recycle.ChildLink.from_environment(values)  # run by a supervisor (recycle.py)
     daemon = Daemon.from_values(values)
     daemon.enter_workdir()
     node = node_name(values.get("celery_hostname"))
@@ -250,6 +252,7 @@ def worker_command(
             store = ArchivingStore(store, PostgresArchive(values["postgres_dsn"]))
     except ConfigurationError as exc:
         raise CliUsageError(str(exc)) from None
+    limits = recycle.limits_of(values, loaded.app if loaded else None, store.url)
     import_workflow_modules(modules)
     if loaded is not None:
         app_loader.merge_default_registry(loaded.app)
@@ -278,9 +281,15 @@ def worker_command(
         purge = purge_before_serving(
             purge_targets(loaded.app, set(), set()) if loaded is not None else names
         )
+    start: Callable[[Any], Awaitable[None]] | None = loaded.on_start if loaded else None
+    if child is not None:  # counts runs against the limits, reports to the supervisor
+        start = child.attach(worker, limits, start)
     try:
         with daemon.running(node):
-            asyncio.run(serve_worker(worker, banner, loaded.on_start if loaded else None, purge))
+            if limits is not None and child is None:  # --max-*-per-child: recycle.py
+                recycle.supervise(limits)
+            else:
+                asyncio.run(serve_worker(worker, banner, start, purge))
     except PyrulaError as exc:
         raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
     finally:

@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pyrula.workflows import loops
@@ -61,6 +61,7 @@ class WorkflowWorker:
         *,
         registry: Registry | None = None,
         observer: ExecutionObserver | None = None,
+        on_run_end: Callable[[str], None] | None = None,
     ) -> None:
         if store is None:
             from pyrula.workflows.stores import open_store
@@ -70,6 +71,10 @@ class WorkflowWorker:
         self.options = options or WorkerOptions()
         self._registry = registry or default_registry
         self._observer = observer
+        self.on_run_end = on_run_end
+        """Called with the run id, on the event loop, each time a run's execution here
+        ends, however it ends (completed, failed, cancelled, suspended, lost, handed
+        back); it must not raise. ``pyrula worker --max-tasks-per-child`` counts them."""
         self._explicit = list(workflows) if workflows is not None else None
         for definition in self._explicit or ():
             if not isinstance(definition, WorkflowDefinition):
@@ -281,6 +286,8 @@ class WorkflowWorker:
             self.isolation.running = None
         if self.active_runs.get(active.lease.run_id) is active:
             del self.active_runs[active.lease.run_id]
+            if self.on_run_end is not None:
+                self.on_run_end(active.lease.run_id)
             if self._slot_freed is not None:
                 self._slot_freed.set()
 

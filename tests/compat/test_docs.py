@@ -146,9 +146,11 @@ def test_worker_command_snippet(number: int, tmp_path: Path) -> None:
             assert "proj.tasks.add" in worker.stdout
             if number == 8:
                 notes = ("-Q accepted", "-B accepted", "-P accepted", "-O accepted",
-                         "--autoscale:", "--max-tasks-per-child:")  # fmt: skip
+                         "--autoscale:")  # fmt: skip
                 for note in notes:
                     assert note in worker.stderr, (note, worker.stderr)
+                assert "--max-tasks-per-child:" not in worker.stderr  # it works: no note
+                assert "replaced after 100 runs" in worker.stdout  # by its supervisor
         finally:
             assert worker.stop() == 0, worker.stderr
 

@@ -258,8 +258,8 @@ def _group_id(value: str | None) -> int | None:
 
 def check_pidfile(path: str) -> None:
     """Raise if ``path`` names a live process (another instance runs)."""
-    pid = _read_pid(path)
-    if pid is not None and pid != os.getpid() and _alive(pid):
+    pid = read_pid(path)
+    if pid is not None and pid != os.getpid() and pid_running(pid):
         raise CliError(
             f"pidfile {path} names a live process: pyrula is already running (pid {pid}); "
             "stop it, or remove the file if that process is not pyrula"
@@ -288,12 +288,13 @@ def write_pidfile(path: str) -> None:
 
 def remove_pidfile(path: str) -> None:
     """Remove ``path`` if it still holds this process's id."""
-    if _read_pid(path) == os.getpid():
+    if read_pid(path) == os.getpid():
         with suppress(FileNotFoundError):
             os.unlink(path)
 
 
-def _read_pid(path: str) -> int | None:
+def read_pid(path: str) -> int | None:
+    """The process id a pid file holds (None: no file, or no id in it)."""
     try:
         with open(path) as handle:
             text = handle.read().strip()
@@ -302,7 +303,9 @@ def _read_pid(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie, exited but not yet
+    reaped, has)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -311,4 +314,9 @@ def _alive(pid: int) -> bool:
         return True
     except OSError as exc:
         return exc.errno != errno.ESRCH
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): kill(pid, 0) said it exists
+    return state not in ("Z", "X")

@@ -26,7 +26,7 @@ from typing import IO
 import click
 
 from pyrula.cli import app_loader
-from pyrula.cli.daemon import DETACHED_ENV
+from pyrula.cli.daemon import DETACHED_ENV, pid_running, read_pid
 from pyrula.cli.multi_nodes import Node, build_nodes, parse_args, worker_options
 from pyrula.cli.render import CliError, CliUsageError
 
@@ -171,31 +171,6 @@ def _group_app(ctx: click.Context, nodes: Sequence[Node]) -> str | None:
 
 
 # -- pid files ---------------------------------------------------------------------------
-def read_pid(path: str) -> int | None:
-    try:
-        with open(path) as handle:
-            text = handle.read().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not exited (a zombie has)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
-
-
 def _remove_if(path: str, pid: int) -> None:
     """Remove a pid file that still names ``pid`` (its process is gone)."""
     if read_pid(path) == pid:
@@ -239,7 +214,7 @@ def _launch(node: Node, app: str | None, out: Out) -> Launch:
     launch = Launch(node)
     pidfile, logfile = node.pidfile, node.logfile
     pid = read_pid(pidfile)
-    if pid is not None and running(pid):
+    if pid is not None and pid_running(pid):
         launch.problem = f"already running: {pidfile} names the live process {pid}"
         return launch
     for what, path in (("pid file", pidfile), ("log file", logfile)):
@@ -314,7 +289,7 @@ def _live_nodes(nodes: Sequence[Node], out: Out) -> list[tuple[Node, int]]:
         pid = read_pid(node.pidfile)
         if pid is None:
             out.note(f"> {node.name}: DOWN")
-        elif not running(pid):
+        elif not pid_running(pid):
             _remove_if(node.pidfile, pid)
             out.note(f"> {node.name}: DOWN (stale pid file {node.pidfile} removed)")
         else:
@@ -372,7 +347,7 @@ def _wait_down(waiting: list[tuple[Node, int]], out: Out) -> None:
     preamble()
     last_dot = time.monotonic()
     while waiting:
-        gone = [(node, pid) for node, pid in waiting if not running(pid)]
+        gone = [(node, pid) for node, pid in waiting if not pid_running(pid)]
         for node, pid in gone:
             _remove_if(node.pidfile, pid)  # a worker that could not remove it itself
             waiting.remove((node, pid))
@@ -401,7 +376,7 @@ def kill_nodes(nodes: Sequence[Node], out: Out) -> int:
     return code
 
 
-def _wait_gone(pid: int, timeout: float, check: Callable[[int], bool] = running) -> None:
+def _wait_gone(pid: int, timeout: float, check: Callable[[int], bool] = pid_running) -> None:
     deadline = time.monotonic() + timeout
     while check(pid) and time.monotonic() < deadline:
         time.sleep(POLL)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pyrula.cli.multi import running
+from pyrula.cli.daemon import pid_running as running
 from tests.compat.conftest import HERE, REPO_ROOT, proj_workers, pyrula_command
 from tests.integration.test_cli_multi import Cluster
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pyrula.cli.daemon import pid_running as running
 from pyrula.cli.main import cli
-from pyrula.cli.multi import running
 from pyrula.workflows import SqliteStore
 from pyrula.workflows.sync import WorkflowClient
 from tests.integration.test_cli_worker import FAST, MODULE, REPO_ROOT, pyrula_command

@@ -80,6 +80,8 @@ OLD_NAMES: dict[str, str] = {
     "CELERYBEAT_SCHEDULER": "beat_scheduler",
     "CELERYD_CONCURRENCY": "worker_concurrency",
     "CELERYD_HIJACK_ROOT_LOGGER": "worker_hijack_root_logger",
+    "CELERYD_MAX_MEMORY_PER_CHILD": "worker_max_memory_per_child",
+    "CELERYD_MAX_TASKS_PER_CHILD": "worker_max_tasks_per_child",
     "CELERYD_PREFETCH_MULTIPLIER": "worker_prefetch_multiplier",
     "CELERYD_TASK_SOFT_TIME_LIMIT": "task_soft_time_limit",
     "CELERYD_TASK_TIME_LIMIT": "task_time_limit",

@@ -316,8 +316,12 @@ def test_config_namespace_and_old_names() -> None:
     assert "OTHER" not in app.conf
     old = Celery("old", set_as_current=False)
     old.config_from_object({"CELERY_ALWAYS_EAGER": True, "BROKER_URL": "memory://",
-                            "CELERY_TASK_RESULT_EXPIRES": 60})  # fmt: skip
+                            "CELERY_TASK_RESULT_EXPIRES": 60,
+                            "CELERYD_MAX_TASKS_PER_CHILD": 100,
+                            "CELERYD_MAX_MEMORY_PER_CHILD": 200_000})  # fmt: skip
     assert old.conf.task_always_eager is True and old.conf.result_expires == 60
+    assert old.conf.worker_max_tasks_per_child == 100
+    assert old.conf.worker_max_memory_per_child == 200_000
     assert old.conf.broker_url == "memory://" and old.conf.BROKER_URL == "memory://"
     old.conf.update(timezone="Europe/Paris")
     assert old.conf["timezone"] == "Europe/Paris" and old.timezone_name() == "Europe/Paris"

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -111,6 +112,22 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return lines
+
+
+async def quiesce(store: Store, run_ids: list[str], timeout: float) -> list[str]:
+    """Wait until every run is terminal; return the ones that are not."""
+    deadline = time.monotonic() + timeout
+    pending = list(run_ids)
+    while True:
+        still = []
+        for run_id in pending:
+            run = await store.get_run(run_id)
+            if run is None or not run.is_terminal:
+                still.append(run_id)
+        pending = still
+        if not pending or time.monotonic() > deadline:
+            return pending
+        await asyncio.sleep(0.2)
 
 
 async def take_snapshot(store: Store, run_ids: Iterable[str]) -> Snapshot:

@@ -9,6 +9,7 @@ cluster is a ``Cluster`` whose URL points at a namespace of its own on a real se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -20,9 +21,8 @@ from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.valkey import ValkeyStore
 from tests.valkey.servers import ValkeyProcess, fresh_namespace
 
-from .check import FaultWindow, Report, check, fault_dicts, take_snapshot
+from .check import FaultWindow, Report, check, fault_dicts, quiesce, take_snapshot
 from .harness import FAST_OPTIONS, Cluster, Supervisor, Worker
-from .test_faults import quiesce
 
 MAX_IN_FLIGHT = int(FAST_OPTIONS["max_concurrent_runs"])
 VALKEY_SHARDS = 8
@@ -46,6 +46,24 @@ def own_valkey() -> Iterator[ValkeyProcess]:
         yield server
     finally:
         server.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def opened_store(
+    request: pytest.FixtureRequest, cluster: Cluster, kind: str
+) -> AsyncIterator[Store]:
+    """The cluster's store, opened: its SQLite file, or with ``kind`` "valkey" a fresh
+    namespace on the session's valkey-server (``cluster.url`` set, for its workers)."""
+    if kind == "valkey":
+        server = request.getfixturevalue("valkey_server")
+        assert isinstance(server, ValkeyProcess)
+        cluster.url = valkey_url(server)
+    store = open_store(cluster.url)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 @pytest.fixture

@@ -29,8 +29,9 @@ from pyrula.workflows.records import JournalEntry, RunRecord
 from pyrula.workflows.stores.base import Store
 from tests.fixtures.chaos_workflows import WORKFLOW, expected_result
 
-from .check import FaultWindow, Snapshot, check, fault_dicts, take_snapshot
-from .harness import FAST_OPTIONS, LOCK_TTL, Cluster, Supervisor, Worker
+from .check import FaultWindow, Snapshot, check, quiesce
+from .harness import LOCK_TTL, Cluster, Supervisor, Worker
+from .nemesis import judge
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,6 @@ WORKERS = 3
 SUBMIT_SPREAD = 6.0
 QUIESCE = 30.0
 PAUSE = LOCK_TTL + 1.5
-MAX_IN_FLIGHT = int(FAST_OPTIONS["max_concurrent_runs"])
 
 
 @dataclass(frozen=True)
@@ -110,22 +110,6 @@ async def pause_workers(
     return windows
 
 
-async def quiesce(store: Store, run_ids: list[str], timeout: float) -> list[str]:
-    """Wait until every run is terminal; return the ones that are not."""
-    deadline = time.monotonic() + timeout
-    pending = list(run_ids)
-    while True:
-        still = []
-        for run_id in pending:
-            run = await store.get_run(run_id)
-            if run is None or not run.is_terminal:
-                still.append(run_id)
-        pending = still
-        if not pending or time.monotonic() > deadline:
-            return pending
-        await asyncio.sleep(0.2)
-
-
 def fired(cluster: Cluster) -> int:
     return sum(w.log_text().count("fault point ") for w in cluster.workers)
 
@@ -144,31 +128,20 @@ async def test_fault_scenario(cluster: Cluster, store: Store, scenario: Scenario
         )
     expected = await submit_runs(store, random.Random(seed))
     pauses = await pauser if pauser is not None else []
-    pending = await quiesce(store, list(expected), QUIESCE)
-    await supervisor.halt()
-    elapsed = time.monotonic() - started
-
-    snapshot = await take_snapshot(store, expected)
-    await asyncio.sleep(1.0)
-    later = await take_snapshot(store, expected)
+    await quiesce(store, list(expected), QUIESCE)  # faults still happen until then
     faults = [*supervisor.faults, *pauses]
-    cluster.save("expected.json", expected)
-    cluster.save("faults.json", fault_dicts(faults))
-    report = check(
-        expected=expected,
-        ledger=cluster.ledger(),
-        snapshot=snapshot,
-        later=later,
-        faults=faults,
-        max_in_flight=MAX_IN_FLIGHT,
-    )
     kills = sum(f.kind == "kill" for f in faults)
-    summary = (
-        f"[{scenario.name}] seed {seed}: {report.text()}\n"
-        f"fault points fired {fired(cluster)}, workers killed {kills}, paused "
-        f"{len(pauses)}, unfinished after quiesce {len(pending)}, {elapsed:.1f}s"
+    report, summary = await judge(
+        cluster,
+        store,
+        expected,
+        faults,
+        label=f"{scenario.name}, seed {seed}",
+        quiesce_for=0,  # done above
+        extra=f"fault points fired {fired(cluster)}, workers killed {kills}, paused "
+        f"{len(pauses)}, {time.monotonic() - started:.1f}s",
     )
-    print(summary)
+    await supervisor.halt()
     assert report.ok, summary
     assert not supervisor.unexpected_exits, f"{supervisor.unexpected_exits}\n{summary}"
     assert report.figures["completed"] == RUNS, summary

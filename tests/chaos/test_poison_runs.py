@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pyrula.workflows import DurableInvocationError, RunStatus, WorkflowClient, open_store
+from pyrula.workflows import DurableInvocationError, RunStatus, WorkflowClient
 from pyrula.workflows.stores.base import Store
 from tests.fixtures.chaos_workflows import WORKFLOW, expected_result
 from tests.fixtures.fault_workflows import POISON, POISON_EXIT
@@ -28,7 +28,7 @@ from tests.valkey.servers import ValkeyProcess, valkey_server  # noqa: F401  (fi
 from . import harness
 from .check import FaultWindow
 from .harness import Cluster, Supervisor
-from .nemesis import judge, valkey_url
+from .nemesis import judge, opened_store
 
 pytestmark = pytest.mark.slow
 
@@ -44,16 +44,8 @@ async def fleet_store(
     """The cluster's store (SQLite file, or a fresh namespace on the session's Valkey),
     with workers importing the poison workflow as well."""
     monkeypatch.setattr(harness, "WORKFLOW_MODULE", "tests.fixtures.fault_workflows")
-    if request.param == "valkey":
-        server = request.getfixturevalue("valkey_server")
-        assert isinstance(server, ValkeyProcess)
-        cluster.url = valkey_url(server)
-    store = open_store(cluster.url)
-    await store.open()
-    try:
+    async with opened_store(request, cluster, request.param) as store:
         yield store
-    finally:
-        await store.close()
 
 
 def crashes(cluster: Cluster) -> list[FaultWindow]:

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from pyrula.workflows import LeaseLost, RunStatus, WorkflowClient, open_store
+from pyrula.workflows import LeaseLost, RunStatus, WorkflowClient
 from pyrula.workflows.records import JournalEntry, Outcome
 from pyrula.workflows.stores.base import Store
 from tests.fixtures.chaos_workflows import WORKFLOW, expected_result
 from tests.valkey.servers import ValkeyProcess, valkey_server  # noqa: F401  (fixture)
 
 from .harness import LOCK_TTL, Cluster
-from .nemesis import valkey_url
+from .nemesis import opened_store
 
 pytestmark = pytest.mark.slow
 
@@ -38,16 +38,8 @@ PAUSE = LOCK_TTL + 1.5
 
 @pytest.fixture(params=["sqlite", "valkey"])
 async def fenced_store(request: pytest.FixtureRequest, cluster: Cluster) -> AsyncIterator[Store]:
-    if request.param == "valkey":
-        server = request.getfixturevalue("valkey_server")
-        assert isinstance(server, ValkeyProcess)
-        cluster.url = valkey_url(server)
-    store = open_store(cluster.url)
-    await store.open()
-    try:
+    async with opened_store(request, cluster, request.param) as store:
         yield store
-    finally:
-        await store.close()
 
 
 def starts(ledger: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ from pyrula.workflows.errors import (
     WorkflowError,
 )
 from pyrula.workflows.options import WorkerOptions
+from pyrula.workflows.projections import Projection, projection
 from pyrula.workflows.rate import Rate
 from pyrula.workflows.records import RunRecord, RunStatus
 from pyrula.workflows.registry import WorkflowDefinition
@@ -55,11 +56,13 @@ from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.sqlite import SqliteStore
 from pyrula.workflows.stores.valkey import ValkeyStore
+from pyrula.workflows.triggers import BatchTrigger, batch_trigger
 from pyrula.workflows.worker import WorkflowWorker
 
 __all__ = [
     "ArchiveSchemaMismatch",
     "ArchivingStore",
+    "BatchTrigger",
     "ConfigurationError",
     "DurableInvocationError",
     "Fatal",
@@ -76,6 +79,7 @@ __all__ = [
     "PayloadTooLarge",
     "Poison",
     "PostgresArchive",
+    "Projection",
     "PyrulaError",
     "Rate",
     "ResultTimeout",
@@ -109,7 +113,9 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowError",
     "WorkflowWorker",
+    "batch_trigger",
     "open_store",
+    "projection",
     "step",
     "workflow",
 ]

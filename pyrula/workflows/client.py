@@ -11,6 +11,7 @@ from typing import Any
 from pyrula.workflows import purging
 from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.errors import (
+    ConfigurationError,
     DurableInvocationError,
     InvalidParams,
     ResultTimeout,
@@ -22,6 +23,8 @@ from pyrula.workflows.records import DEFAULT_OWNER, NO_FLOW, NewRun, RunRecord, 
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES, ErrorInfo, decode, encode
 from pyrula.workflows.stores.base import Store
+from pyrula.workflows.triggering import PARAMS_OVERHEAD
+from pyrula.workflows.triggers import check_name
 
 Delay = float | int | timedelta
 
@@ -269,6 +272,35 @@ class WorkflowClient:
         if len(self._fits) >= 256:
             self._fits.clear()
         self._fits[shape] = definition
+
+    async def send_events(self, trigger: str, events: Iterable[Any]) -> list[int]:
+        """Append ``events`` (JSON values) to the buffer of the batch trigger ``trigger``,
+        in order, as one atomic write; return their sequence numbers. Every value is
+        checked (JSON, size) before anything is stored. See
+        :mod:`pyrula.workflows.triggers`."""
+        return await self.store.append_events(*self.event_texts(trigger, events))
+
+    async def send_event(self, trigger: str, event: Any) -> int:
+        """Append one event to the buffer of ``trigger``; return its sequence number."""
+        return (await self.send_events(trigger, [event]))[0]
+
+    def event_texts(self, trigger: str, events: Iterable[Any]) -> tuple[str, list[str]]:
+        """``(trigger, [event as JSON text, ...])``, checked, for ``Store.append_events``."""
+        try:
+            check_name(trigger)
+        except ConfigurationError as exc:
+            raise InvalidParams(str(exc)) from None
+        if isinstance(events, (str, bytes, Mapping)):
+            raise InvalidParams(
+                f"events must be a list of JSON values, got {type(events).__name__}; "
+                "send one event with send_event"
+            )
+        limit = self._max_payload - PARAMS_OVERHEAD
+        texts = [
+            encode(value, what=f"event {i} of trigger {trigger!r}", max_bytes=limit, canonical=True)
+            for i, value in enumerate(events)
+        ]
+        return trigger, texts
 
     def handle(self, workflow: str, run_id: str) -> RunHandle:
         """A handle on an existing run."""

@@ -40,6 +40,11 @@ class WorkerOptions:
     """A run's lease lasts this long; it is renewed every third of it while the run lives."""
     schedule_poll_interval: float = 30.0
     """Longest the schedule loop sleeps before looking for due schedules."""
+    trigger_poll_interval: float = 1.0
+    """Longest the trigger loop sleeps between two looks at the batch triggers' buffers
+    (a trigger whose oldest event is due sooner is looked at then)."""
+    projection_poll_interval: float = 1.0
+    """Longest the projection loop sleeps between two looks for newly ended runs."""
     durable_backoff_after: float = 5.0
     """Step retry backoffs at least this long suspend the run on a timer (freeing its slot)
     instead of sleeping in the worker."""

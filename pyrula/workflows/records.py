@@ -266,3 +266,18 @@ class WorkerInfo:
     lock_ttl: float = DEFAULT_LOCK_TTL
     """The worker's ``lock_ttl`` (the default for a heartbeat that did not say): it
     heartbeats every third of it, so one silent for longer is dead."""
+
+
+@dataclass(frozen=True)
+class TriggerEvent:
+    """One event waiting in a batch trigger's buffer (:mod:`pyrula.workflows.triggers`).
+
+    ``seq`` orders the trigger's events: it increases with every event appended to that
+    trigger and is never given out twice, also after events are consumed. ``payload`` is
+    JSON text the store keeps byte for byte; ``created_at`` is the store time at which
+    the event was appended.
+    """
+
+    seq: int
+    payload: str
+    created_at: float

@@ -163,6 +163,17 @@ class WorkflowClient:
             return fast.wait_run(run_id, timeout)
         return self._call(self.store.wait_run(run_id, timeout))
 
+    def send_events(
+        self, trigger: str, events: Iterable[Any], timeout: float | None = None
+    ) -> list[int]:
+        """Append ``events`` to the batch trigger's buffer; see the async client's."""
+        name, texts = self._async.event_texts(trigger, events)  # checked in this thread
+        return self._call(self.store.append_events(name, texts), timeout)
+
+    def send_event(self, trigger: str, event: Any, timeout: float | None = None) -> int:
+        """Append one event to the batch trigger's buffer; return its sequence number."""
+        return self.send_events(trigger, [event], timeout)[0]
+
     def handle(self, workflow: str, run_id: str) -> SyncRunHandle:
         return SyncRunHandle(self, self._async.handle(workflow, run_id))
 

@@ -27,9 +27,12 @@ from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.isolation import Isolation
 from pyrula.workflows.options import WorkerOptions
+from pyrula.workflows.projections import Projection, default_projections, projection_loop
 from pyrula.workflows.records import Lease
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.stores.base import Store
+from pyrula.workflows.triggering import trigger_loop
+from pyrula.workflows.triggers import BatchTrigger, default_triggers
 
 log = logging.getLogger("pyrula.workflows.worker")
 
@@ -62,6 +65,8 @@ class WorkflowWorker:
         registry: Registry | None = None,
         observer: ExecutionObserver | None = None,
         on_run_end: Callable[[str], None] | None = None,
+        triggers: Iterable[BatchTrigger] | None = None,
+        projections: Iterable[Projection] | None = None,
     ) -> None:
         if store is None:
             from pyrula.workflows.stores import open_store
@@ -76,6 +81,14 @@ class WorkflowWorker:
         ends, however it ends (completed, failed, cancelled, suspended, lost, handed
         back); it must not raise. ``pyrula worker --max-tasks-per-child`` counts them."""
         self._explicit = list(workflows) if workflows is not None else None
+        self._triggers = list(triggers) if triggers is not None else None
+        for trigger in self._triggers or ():
+            if not isinstance(trigger, BatchTrigger):
+                raise ConfigurationError(f"triggers= takes batch_trigger(...)s, got {trigger!r}")
+        self._projections = list(projections) if projections is not None else None
+        for item in self._projections or ():
+            if not isinstance(item, Projection):
+                raise ConfigurationError(f"projections= takes @projection functions, got {item!r}")
         for definition in self._explicit or ():
             if not isinstance(definition, WorkflowDefinition):
                 raise ConfigurationError(
@@ -121,6 +134,20 @@ class WorkflowWorker:
     @property
     def workflows(self) -> list[WorkflowDefinition]:
         return self._explicit if self._explicit is not None else self._registry.all()
+
+    @property
+    def triggers(self) -> list[BatchTrigger]:
+        """The batch triggers this worker fires (those of the workflows it serves): the
+        ``triggers=`` given, else every one defined with ``batch_trigger``."""
+        return self._triggers if self._triggers is not None else default_triggers.all()
+
+    @property
+    def projections(self) -> list[Projection]:
+        """The projections this worker delivers: the ``projections=`` given, else every
+        one defined with ``@projection``."""
+        if self._projections is not None:
+            return self._projections
+        return default_projections.all()
 
     @property
     def registry(self) -> Registry:
@@ -185,6 +212,16 @@ class WorkflowWorker:
         ]
         if self.options.run_retention:  # None or 0 keeps every run
             housekeeping.append(asyncio.create_task(loops.purge_loop(self), name="pyrula-purge"))
+        triggers = [t for t in self.triggers if t.workflow in definitions]
+        if triggers:
+            housekeeping.append(
+                asyncio.create_task(trigger_loop(self, triggers), name="pyrula-triggers")
+            )
+        projections = self.projections
+        if projections:
+            housekeeping.append(
+                asyncio.create_task(projection_loop(self, projections), name="pyrula-projections")
+            )
         reconcile = getattr(self.store, "reconcile_loop", None)  # archiving stores only
         if reconcile is not None:
             housekeeping.append(

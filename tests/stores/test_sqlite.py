@@ -200,7 +200,7 @@ async def test_a_version_2_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     conn = raw(sqlite_path)
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == (SCHEMA_VERSION,) == ("6",)
+    assert version == (SCHEMA_VERSION,) == ("7",)
 
 
 async def test_a_held_back_claim_writes_nothing(sqlite_store: SqliteStore) -> None:
@@ -261,6 +261,9 @@ QUERY_INDEXES = {
     "ended_before": "runs_ended",  # purge_runs: the ended range, not every ended run
     "due_schedules": "schedules_due",
     "next_schedule_at": "schedules_due",
+    "read_trigger_events": "PRIMARY KEY (trigger_name=?)",  # a trigger's events, by seq
+    "trigger_batch": "PRIMARY KEY (trigger_name=?)",
+    "delete_trigger_events": "PRIMARY KEY (trigger_name=? AND seq<?)",
 }
 
 
@@ -272,13 +275,15 @@ async def test_hot_queries_use_an_index_without_sorting(
     conn.execute("ANALYZE")
     params = {"workflow": "wf", "owner": "o", "now": 0.0, "due": 0.0, "limit": 5, "cap": 2}
     params |= {"run_id": "r", "name": "n", "before": 0.0}
+    params |= {"trigger": "t", "count": 3, "last_seq": 3}
     plan = " | ".join(
         str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + Q[query], params)
     )
     conn.close()
     assert QUERY_INDEXES[query] in plan, plan
     assert "TEMP B-TREE" not in plan.upper(), plan
-    # The only scan allowed is running_count's over its own LIMIT-ed subquery.
+    # The only scans allowed are running_count's and trigger_batch's over their own
+    # LIMIT-ed subqueries.
     assert "SCAN" not in plan.upper().replace("SCAN (SUBQUERY-1)", ""), plan
     if query in ("due_heads", "owner_queues"):  # only active owners, one index range
         assert "COVERING INDEX owners_active (workflow=? AND active=?)" in plan, plan
@@ -489,3 +494,34 @@ async def test_a_version_4_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     conn.close()
     assert version == (SCHEMA_VERSION,)
     assert any("owners_active" in str(row[-1]) for row in plan)
+
+
+async def test_a_version_6_file_is_migrated(sqlite_path: Path, clock: FakeClock) -> None:
+    store = SqliteStore(sqlite_path, clock=clock)
+    lease = await running(store, run_id="old-running")
+    await create(store, run_id="old-queued")
+    await store.close()
+    # Back to version 6: no trigger buffers, no cursors.
+    conn = raw(sqlite_path)
+    for table in ("trigger_events", "trigger_seqs", "cursors"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    conn.close()
+    store = SqliteStore(sqlite_path, clock=clock)
+    await store.open()
+    old = await store.get_run("old-running")
+    assert old is not None and old.status is RunStatus.RUNNING
+    assert await store.finish_run("old-running", lease.token, COMPLETED)
+    [claimed] = await store.claim_runs("w", ["wf"], 10, TTL)
+    assert claimed.run_id == "old-queued"
+    seqs = await store.append_events("orders", ['{"n": 1}'])
+    assert [event.payload for event in await store.read_events("orders", 10)] == ['{"n": 1}']
+    assert await store.consume_events("orders", seqs[0], 1)
+    assert await store.swap_cursor("p", None, "1") and await store.get_cursor("p") == "1"
+    await store.close()
+    conn = raw(sqlite_path)
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert version == (SCHEMA_VERSION,)
+    assert {"trigger_events", "trigger_seqs", "cursors", "runs", "journal"} <= tables

@@ -37,6 +37,7 @@ from pyrula.workflows.records import (
     RunRecord,
     RunStatus,
     ScheduleRecord,
+    TriggerEvent,
     Wait,
     WorkerInfo,
 )
@@ -362,6 +363,36 @@ class Store(Protocol):
         idempotency key names schedule and slot), and return it. Otherwise None and
         nothing changes, so with any number of workers each slot fires once.
         """
+
+    # -- batch triggers and cursors ---------------------------------------------------
+    async def append_events(self, trigger: str, payloads: Sequence[str]) -> list[int]:
+        """Append ``payloads`` (JSON texts, kept byte for byte) to ``trigger``'s buffer, in
+        order, as one atomic operation stamped with store time; return their seqs.
+
+        A trigger's seqs increase with every event and are never given out twice, also
+        after the events are consumed. An empty ``payloads`` appends nothing: ``[]``.
+        Trigger names are validated by the engine (:func:`~pyrula.workflows.triggers.
+        check_name`); the store keeps any non-empty string apart from every other.
+        """
+
+    async def read_events(self, trigger: str, limit: int) -> list[TriggerEvent]:
+        """The ``limit`` oldest events of ``trigger``'s buffer (those not consumed), oldest
+        first. ``limit <= 0`` or an unknown trigger: ``[]``."""
+
+    async def consume_events(self, trigger: str, first_seq: int, count: int) -> bool:
+        """Remove the ``count`` oldest events of ``trigger``'s buffer, atomically, if the
+        oldest is ``first_seq`` and there are at least ``count``; else change nothing and
+        return False. Two workers firing the same batch: one removes it, the other gets
+        False. ``count <= 0``: False, nothing changes."""
+
+    async def get_cursor(self, name: str) -> str | None:
+        """The value of the named cursor (an opaque string a loop keeps its place with:
+        projections), or None if it was never set."""
+
+    async def swap_cursor(self, name: str, expected: str | None, value: str) -> bool:
+        """Compare-and-set: set the named cursor to ``value`` if its current value is
+        ``expected`` (None: it was never set), atomically; else change nothing and return
+        False."""
 
     async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
         """Requeue up to ``limit`` running runs whose lease expired.

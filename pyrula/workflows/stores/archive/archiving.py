@@ -30,6 +30,7 @@ from pyrula.workflows.records import (
     RunRecord,
     RunStatus,
     ScheduleRecord,
+    TriggerEvent,
     Wait,
     WorkerInfo,
 )
@@ -376,6 +377,21 @@ class ArchivingStore(ScheduleAdmin):
         return await self.live.fire_schedule(
             schedule_id, expected_next, fired_slot, next_fire_at, run
         )
+
+    async def append_events(self, trigger: str, payloads: Sequence[str]) -> list[int]:
+        return await self.live.append_events(trigger, payloads)
+
+    async def read_events(self, trigger: str, limit: int) -> list[TriggerEvent]:
+        return await self.live.read_events(trigger, limit)
+
+    async def consume_events(self, trigger: str, first_seq: int, count: int) -> bool:
+        return await self.live.consume_events(trigger, first_seq, count)
+
+    async def get_cursor(self, name: str) -> str | None:
+        return await self.live.get_cursor(name)
+
+    async def swap_cursor(self, name: str, expected: str | None, value: str) -> bool:
+        return await self.live.swap_cursor(name, expected, value)
 
     async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
         return await self.live.recover_expired(max_recoveries, limit)

@@ -15,6 +15,7 @@ from pyrula.workflows.records import (
     RunRecord,
     RunStatus,
     ScheduleRecord,
+    TriggerEvent,
     WorkerInfo,
 )
 from pyrula.workflows.stores.flow import Bucket
@@ -48,6 +49,12 @@ class MemoryState:
     schedule_changes: int = 0
     """Moved by every schedule create, update and delete: the change marker."""
     workers: dict[str, WorkerInfo] = field(default_factory=dict)
+    trigger_events: dict[str, deque[TriggerEvent]] = field(default_factory=dict)
+    """Each batch trigger's buffer (events not consumed yet), oldest first."""
+    trigger_seqs: dict[str, int] = field(default_factory=dict)
+    """The last seq each trigger gave out; kept after its events are consumed."""
+    cursors: dict[str, str] = field(default_factory=dict)
+    """Named cursors (swap_cursor), by name."""
     token: int = 0
     pending_notes: list[str] = field(default_factory=list)
 

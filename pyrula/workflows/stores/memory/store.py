@@ -28,6 +28,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.base import RenewResult
 from pyrula.workflows.stores.memory import claims
+from pyrula.workflows.stores.memory.events import MemoryEvents
 from pyrula.workflows.stores.memory.schedules import MemorySchedules
 from pyrula.workflows.stores.memory.state import MemoryState
 from pyrula.workflows.stores.memory.waits import MemoryWaits
@@ -41,7 +42,7 @@ from pyrula.workflows.stores.rules import (
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 
 
-class MemoryStore(MemoryWaits, MemorySchedules, ScheduleAdmin):
+class MemoryStore(MemoryWaits, MemorySchedules, MemoryEvents, ScheduleAdmin):
     """A store in this process's memory. ``clock`` is the store's time source."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:

@@ -481,3 +481,36 @@ DELETE FROM workers WHERE worker_id = :worker_id;
 
 -- name: list_workers
 SELECT * FROM workers ORDER BY last_seen DESC, rowid;
+
+-- name: take_trigger_seqs
+-- Give out :count seqs of a trigger; returns the last (the first is last - count + 1).
+INSERT INTO trigger_seqs (trigger_name, last_seq) VALUES (:trigger, :count)
+ON CONFLICT (trigger_name) DO UPDATE SET last_seq = trigger_seqs.last_seq + excluded.last_seq
+RETURNING last_seq;
+
+-- name: insert_trigger_event
+INSERT INTO trigger_events (trigger_name, seq, payload, created_at)
+VALUES (:trigger, :seq, :payload, :created_at);
+
+-- name: read_trigger_events
+SELECT seq, payload, created_at FROM trigger_events
+WHERE trigger_name = :trigger ORDER BY seq LIMIT :limit;
+
+-- name: trigger_batch
+-- The first and last seq of the :count oldest events of a trigger, and how many there are.
+SELECT min(seq) AS first_seq, max(seq) AS last_seq, count(*) AS n FROM (
+    SELECT seq FROM trigger_events WHERE trigger_name = :trigger ORDER BY seq LIMIT :count
+);
+
+-- name: delete_trigger_events
+DELETE FROM trigger_events WHERE trigger_name = :trigger AND seq <= :last_seq;
+
+-- name: get_cursor
+SELECT value FROM cursors WHERE name = :name;
+
+-- name: create_cursor
+-- No row changed: the cursor exists already.
+INSERT INTO cursors (name, value) VALUES (:name, :value) ON CONFLICT (name) DO NOTHING;
+
+-- name: swap_cursor
+UPDATE cursors SET value = :value WHERE name = :name AND value = :expected;

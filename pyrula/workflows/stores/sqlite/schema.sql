@@ -164,3 +164,25 @@ CREATE TABLE IF NOT EXISTS lease_news (
     worker_id TEXT PRIMARY KEY,
     at        REAL NOT NULL
 );
+
+-- Batch triggers: each trigger's buffered events (those not consumed yet), by seq.
+CREATE TABLE IF NOT EXISTS trigger_events (
+    trigger_name TEXT    NOT NULL,
+    seq          INTEGER NOT NULL,
+    payload      TEXT    NOT NULL,                 -- JSON text, kept byte for byte
+    created_at   REAL    NOT NULL,
+    PRIMARY KEY (trigger_name, seq)
+) WITHOUT ROWID;
+
+-- The last seq each trigger gave out. It outlives the events, so a consumed event's
+-- seq is never given out again.
+CREATE TABLE IF NOT EXISTS trigger_seqs (
+    trigger_name TEXT    PRIMARY KEY,
+    last_seq     INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Named cursors (swap_cursor: compare-and-set), opaque strings.
+CREATE TABLE IF NOT EXISTS cursors (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;

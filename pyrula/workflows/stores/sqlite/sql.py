@@ -21,7 +21,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.sqlfiles import flow_of_row, parse_named, read_sql
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 
 
 def _read(filename: str) -> str:
@@ -155,6 +155,7 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "3": _V4_RUN_COLUMNS,
     "4": (),
     "5": (),
+    "6": (),  # version 7 adds tables only (trigger buffers, cursors): SCHEMA creates them
 }
 """The run columns a file of each older version lacks."""
 _V5_OWNER_COLUMN = "active INTEGER NOT NULL DEFAULT 1"

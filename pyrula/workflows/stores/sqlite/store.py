@@ -28,6 +28,7 @@ from pyrula.workflows.stores.rules import backoff_range, check_finish_outcome, d
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 from pyrula.workflows.stores.sqlite import claims, sql, waits
 from pyrula.workflows.stores.sqlite.db import Database
+from pyrula.workflows.stores.sqlite.events import SqliteEvents
 from pyrula.workflows.stores.sqlite.schedules import SqliteSchedules
 from pyrula.workflows.stores.sqlite.sql import many, one, to_entry, to_run
 from pyrula.workflows.stores.sqlite.tx import Tx
@@ -45,7 +46,7 @@ def tell(t: Tx, run: RunRecord) -> None:
         t.run("lease_news_set", worker_id=run.worker_id, at=t.now)
 
 
-class SqliteStore(SqliteWatch, SqliteSchedules, ScheduleAdmin):
+class SqliteStore(SqliteWatch, SqliteSchedules, SqliteEvents, ScheduleAdmin):
     """A store in one SQLite file (WAL mode), safe for many processes on one machine.
 
     * **One thread.** Every sqlite3 call runs on this store's own single-thread executor,

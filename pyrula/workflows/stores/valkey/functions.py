@@ -44,6 +44,7 @@ LUA_FILES = (
     "leases.lua",
     "admin.lua",
     "flow.lua",
+    "events.lua",
 )
 """Concatenated in this order into one chunk, so later files see common.lua's helpers."""
 LIBRARY_PREFIX = "pyrula_"

@@ -50,6 +50,16 @@ Key schema (``ns`` = namespace, ``k`` = shard number, ``{...}`` = the cluster ha
     ns:{ns:leases}:h  hash  shard -> "worker|expires";  :w zset  lease holders by expiry
     every tag above also holds a ``mk`` marker (data-loss detection).
 
+    ns:{ns:ev:<n>:<trigger>}:q  list  a batch trigger's buffer, oldest first:
+                      "seq|created_at|payload" each (lua/events.lua);  :n string its
+                      seq counter (kept when the buffer empties: seqs are never reused)
+    ns:{ns:cur:<n>:<name>}:v    string a named cursor
+    (<n> is the byte length of the name: a tag of its own per trigger and per cursor,
+    whatever characters the name holds. A name with ``}`` cuts its hash tag short, at
+    the same place in each of its keys, so they still share one slot. These tags hold no
+    marker: a trigger is not worth a write per process; the shard and namespace markers
+    report a lost node.)
+
 A run's shard is a stable hash of its id up to the first ``.``: a child run, whose id the
 engine spells ``<parent>.<position>``, shares its parent's shard, so starting a child,
 waking the parent when it ends and cancelling a tree are single-slot operations.
@@ -96,6 +106,13 @@ SHARD_FAMILIES = {
     "marker": "mk",
 }
 """Per-shard key families: appended to the shard prefix (``ns:{ns:k}:``)."""
+
+TRIGGER_FAMILIES = {"events": "q", "seq": "n"}
+"""A batch trigger's keys: appended to its prefix (``ns:{ns:ev:<n>:<trigger>}:``)."""
+TRIGGER_TAG = "ev:"
+CURSOR_TAG = "cur:"
+"""Hash tag names start with a shard number, a fixed word (``meta``, ``sched`` ...),
+``w:``, or one of these: a trigger's or cursor's keys never meet another family's."""
 
 
 def validate_namespace(namespace: str) -> str:
@@ -224,6 +241,20 @@ class Keys:
     def lease_holders(self) -> str:
         return self.leases + "h"
 
+    # -- batch triggers and cursors ---------------------------------------------------
+    def trigger(self, name: str) -> str:
+        """Prefix of a batch trigger's keys (:data:`TRIGGER_FAMILIES`): one slot."""
+        return self._tag(TRIGGER_TAG + part(name))
+
+    def trigger_events(self, name: str) -> str:
+        return self.trigger(name) + TRIGGER_FAMILIES["events"]
+
+    def trigger_seq(self, name: str) -> str:
+        return self.trigger(name) + TRIGGER_FAMILIES["seq"]
+
+    def cursor(self, name: str) -> str:
+        return self._tag(CURSOR_TAG + part(name)) + "v"
+
     def tag_marker(self, key: str) -> str:
         """The data-loss marker living in the same slot as ``key``."""
         end = key.index("}:") + 2
@@ -243,8 +274,10 @@ class Keys:
 def lua_prelude() -> str:
     """Lua key helpers for the function library, generated from the tables above."""
     families = ", ".join(f"{name} = {value!r}" for name, value in SHARD_FAMILIES.items())
+    trigger = ", ".join(f"{name} = {value!r}" for name, value in TRIGGER_FAMILIES.items())
     return f"""-- generated from keys.py: the key families and hint keys (see its docstring)
 local K = {{ {families} }}
+local EV = {{ {trigger} }}
 local function kpart(s) return #s .. ':' .. s end
 local function hint_prefix(ns, wf) return ns .. ':{{' .. ns .. ':w:' .. wf .. '}}:' end
 local function timer_hint_prefix(ns) return ns .. ':{{' .. ns .. ':timers}}:' end

@@ -19,6 +19,7 @@ from pyrula.workflows.stores.valkey.clients import mask_url
 from pyrula.workflows.stores.valkey.codec import text
 from pyrula.workflows.stores.valkey.connection import Server
 from pyrula.workflows.stores.valkey.ended import EndedRuns
+from pyrula.workflows.stores.valkey.events import EventOps
 from pyrula.workflows.stores.valkey.finishing import FinishBatches
 from pyrula.workflows.stores.valkey.keys import Keys, validate_namespace
 from pyrula.workflows.stores.valkey.queue import QueueOps
@@ -34,8 +35,11 @@ NAMESPACE_ENV = "PYRULA_VALKEY_NAMESPACE"
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
-class ValkeyStore(RunOps, EndedRuns, QueueOps, TimerOps, ScheduleOps, ShardLeases, ScheduleAdmin):
-    """Runs, journals, leases, timers, signals, schedules and flow control in Valkey.
+class ValkeyStore(
+    RunOps, EndedRuns, QueueOps, TimerOps, ScheduleOps, EventOps, ShardLeases, ScheduleAdmin
+):
+    """Runs, journals, leases, timers, signals, schedules, flow control, batch-trigger
+    buffers and cursors in Valkey.
 
     * ``url``: ``redis://``, ``rediss://``, ``valkey://``, ``valkeys://`` or ``unix://``;
       with ``cluster=True`` any one node of the cluster.

@@ -10,7 +10,8 @@ a dashboard, a search index, a webhook::
             await db.upsert(run.run_id, run.status.value, run.result)
 
 Every worker whose process defines it runs its projection loop; a lease lets one worker
-at a time deliver a projection's batches. The projection's place is a cursor in the
+at a time deliver a projection's batches (renewed at every look; a worker that dies is
+replaced after its ``lock_ttl``, as for the runs it held). The projection's place is a cursor in the
 store (``Store.get_cursor`` / ``swap_cursor``), moved after each batch the function
 returned from: a worker that crashes mid-batch leaves the cursor where it was, and the
 batch is delivered again (at least once: write the function so that a repeat is
@@ -56,7 +57,9 @@ ProjectionFn = Callable[[list[RunRecord]], Awaitable[None] | None]
 DEFAULT_BATCH_SIZE = 100
 DEFAULT_SETTLE = 1.0
 LEASE_TTL = 30.0
-"""Seconds a worker holds a projection after its last look; another takes over then."""
+"""Seconds a worker holds a projection after its last look, unless told otherwise (a
+worker's projection loop uses its ``lock_ttl``, as for the runs it holds); another
+worker takes it over then."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,14 @@ class Projection:
         return f"projection-lease:{self.name}"
 
     async def deliver(self, runs: list[RunRecord]) -> None:
-        result = self.fn(runs)
-        if inspect.isawaitable(result):
-            await result
+        """Call the function; a plain ``def`` runs in a thread, so that its I/O does not
+        hold up the worker's event loop."""
+        if inspect.iscoroutinefunction(self.fn):
+            await self.fn(runs)
+        else:
+            result = await asyncio.to_thread(self.fn, runs)
+            if inspect.isawaitable(result):
+                await result
 
 
 class ProjectionRegistry:
@@ -180,10 +188,13 @@ def decode_cursor(text: str | None) -> tuple[float, str] | None:
 class ProjectionRunner:
     """Delivers one projection's batches from one store, for one worker."""
 
-    def __init__(self, store: Store, item: Projection, worker_id: str) -> None:
+    def __init__(
+        self, store: Store, item: Projection, worker_id: str, lease_ttl: float = LEASE_TTL
+    ) -> None:
         self.store = store
         self.item = item
         self.worker_id = worker_id
+        self.lease_ttl = lease_ttl
 
     async def hold(self) -> bool:
         """Take or renew this worker's lease on the projection; False if another worker
@@ -194,7 +205,7 @@ class ProjectionRunner:
             held: dict[str, Any] = json.loads(current)
             if held.get("worker") != self.worker_id and float(held.get("until", 0)) > now:
                 return False
-        value = json.dumps({"worker": self.worker_id, "until": now + LEASE_TTL})
+        value = json.dumps({"worker": self.worker_id, "until": now + self.lease_ttl})
         return await self.store.swap_cursor(self.item.lease_name, current, value)
 
     async def release(self) -> None:
@@ -232,7 +243,8 @@ class ProjectionRunner:
 async def projection_loop(worker: WorkflowWorker, items: Sequence[Projection]) -> None:
     """Deliver the projections' batches while this worker holds them; look again every
     ``projection_poll_interval`` (at once while a projection has more to deliver)."""
-    runners = [ProjectionRunner(worker.store, item, worker.worker_id) for item in items]
+    ttl = worker.options.lock_ttl
+    runners = [ProjectionRunner(worker.store, item, worker.worker_id, ttl) for item in items]
     try:
         while True:
             busy = False

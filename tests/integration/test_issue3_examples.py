@@ -28,6 +28,8 @@ PAGES = (
     "testing.md",
     "cli.md",
     "worker.md",
+    "triggers.md",
+    "projections.md",
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -42,6 +44,8 @@ EXAMPLE_OUTPUT = {
     "flow_control.py": ["claim order: b S b S b S", "30 runs at 10/s started over"],
     "testing_env.py": ["crash before step 'charge' at 0: ('result', 100)"],
     "retention.py": ["results: [4, 9, 16]", "3 of 3 deleted; the sleeping run is sleeping"],
+    "batch_triggers.py": ["231 events in", "every event once, in each sender's order"],
+    "projections.py": ["30 orders in the read model, failed: ['o0', 'o14', 'o21', 'o28', 'o7']"],
 }
 
 

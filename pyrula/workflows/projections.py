@@ -185,6 +185,16 @@ def decode_cursor(text: str | None) -> tuple[float, str] | None:
     return float(at), str(run_id)
 
 
+async def next_delivery_at(store: Store, item: Projection) -> float | None:
+    """Store time at which ``item``'s next undelivered run is (or was) ready, None when
+    it is caught up (``WorkflowTestEnv`` skips virtual time to it)."""
+    text = await store.get_cursor(item.cursor_name)
+    page = await store.ended_runs(decode_cursor(text), 1)
+    if not page:
+        return None
+    return (page[0].finished_at or 0.0) + item.settle
+
+
 class ProjectionRunner:
     """Delivers one projection's batches from one store, for one worker."""
 

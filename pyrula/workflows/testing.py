@@ -31,12 +31,15 @@ from pyrula.workflows.engine.control import Crash
 from pyrula.workflows.engine.execution import RunExecution
 from pyrula.workflows.errors import DurableInvocationError, PyrulaError, RunCancelled
 from pyrula.workflows.options import WorkerOptions
+from pyrula.workflows.projections import Projection, next_delivery_at
 from pyrula.workflows.records import RunRecord
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.stores.flow import RATE_SKIP_WINDOW, refill
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.memory import claims as memory_claims
 from pyrula.workflows.stores.memory.state import MemoryState
+from pyrula.workflows.triggering import next_batch_at
+from pyrula.workflows.triggers import BatchTrigger
 from pyrula.workflows.worker import WorkflowWorker
 
 LOCK_TTL = 30.0
@@ -74,6 +77,8 @@ class WorkflowTestEnv:
         *,
         registry: Registry | None = None,
         start: float | None = None,
+        triggers: Iterable[BatchTrigger] | None = None,
+        projections: Iterable[Projection] | None = None,
         _observer: _CrashInjector | None = None,
     ) -> None:
         self.registry = registry or default_registry
@@ -85,10 +90,14 @@ class WorkflowTestEnv:
             workflows=workflows,
             registry=self.registry,
             observer=_observer,
+            triggers=triggers,
+            projections=projections,
             options=WorkerOptions(
                 claim_poll_interval=0.005,
                 timer_poll_interval_s=0.005,
                 schedule_poll_interval=0.005,
+                trigger_poll_interval=0.005,
+                projection_poll_interval=0.005,
                 orphan_scan_interval=0.005,
                 lock_ttl=LOCK_TTL,
                 durable_backoff_after=0.0,  # every backoff is a timer, so time skips it
@@ -159,7 +168,19 @@ class WorkflowTestEnv:
     async def _next_event(self) -> float | None:
         names = [d.name for d in self.worker.workflows]
         due = [await self.store.next_due_at(names), await self.store.next_schedule_at()]
+        due += await self._batches_and_deliveries()
         return min((t for t in due if t is not None), default=None)
+
+    async def _batches_and_deliveries(self) -> list[float | None]:
+        """When each batch trigger's next batch and each projection's next run are ready."""
+        names = self._names()
+        due = [
+            await next_batch_at(self.store, trigger)
+            for trigger in self.worker.triggers
+            if trigger.workflow in names
+        ]
+        due += [await next_delivery_at(self.store, item) for item in self.worker.projections]
+        return due
 
     async def _settle(self) -> None:
         """Return once the worker has nothing it can do without time passing."""
@@ -171,8 +192,9 @@ class WorkflowTestEnv:
                 quiet = 0
                 if time.monotonic() > deadline:
                     raise WorkflowStalled(
-                        f"runs were still executing after {BUSY_LIMIT:.0f}s of real time "
-                        "(a step or workflow that never returns?)"
+                        f"the worker still had work after {BUSY_LIMIT:.0f}s of real time "
+                        "(a step or workflow that never returns, or a projection that keeps "
+                        "failing?)"
                     )
             else:
                 quiet += 1
@@ -187,8 +209,10 @@ class WorkflowTestEnv:
                 for queue in memory_claims._queues(state, workflow, now).values():
                     if _owner_can_claim(state, queue, now):
                         return True
-        due = await self.store.due_schedules(1)
-        return bool(due)
+        if await self.store.due_schedules(1):
+            return True
+        now = self.clock()
+        return any(t is not None and t <= now for t in await self._batches_and_deliveries())
 
     def _names(self) -> set[str]:
         return {d.name for d in self.worker.workflows}

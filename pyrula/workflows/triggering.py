@@ -170,6 +170,17 @@ class TriggerFirer:
         return len(events)
 
 
+async def next_batch_at(store: Store, trigger: BatchTrigger) -> float | None:
+    """Store time at which ``trigger``'s next batch is (or was) ready, None when its
+    buffer is empty (``WorkflowTestEnv`` skips virtual time to it)."""
+    events = await store.read_events(trigger.name, trigger.max_size)
+    if not events:
+        return None
+    if len(events) >= trigger.max_size:
+        return events[-1].created_at
+    return events[0].created_at + trigger.max_wait
+
+
 async def trigger_loop(worker: WorkflowWorker, triggers: Sequence[BatchTrigger]) -> None:
     """Fire the ready batches of ``triggers``; sleep until the next oldest event is due,
     capped by ``trigger_poll_interval``."""

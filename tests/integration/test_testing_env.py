@@ -13,15 +13,18 @@ import pytest
 from pyrula.workflows import (
     DurableInvocationError,
     RetryPolicy,
+    RunStatus,
     StepContext,
     WorkflowContext,
     step,
     workflow,
 )
 from pyrula.workflows.errors import SignalTimeout
+from pyrula.workflows.projections import Projection
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.schedules import Schedule
 from pyrula.workflows.testing import WorkflowStalled, WorkflowTestEnv
+from pyrula.workflows.triggers import BatchTrigger
 
 DAY = 86_400.0
 
@@ -214,3 +217,30 @@ async def test_every_kind_of_durable_operation_survives_a_crash_at_each_checkpoi
     assert report.reference.outcome == ("result", [1, 2, 3, 10, "timeout"])
     assert len(report.trials) >= 15
     assert max(report.max_executions().values()) <= 2
+
+
+async def test_time_skips_to_batches_and_projection_deliveries() -> None:
+    registry = Registry()
+
+    @workflow(registry=registry)
+    async def digest(ctx: WorkflowContext, events: list[str]) -> str:
+        return ", ".join(events)
+
+    delivered: list[str] = []
+    trigger = BatchTrigger("mails", "digest", max_size=3, max_wait=3600.0)
+    item = Projection(
+        "digests", lambda runs: delivered.extend(r.result or "" for r in runs), settle=60.0
+    )
+    async with WorkflowTestEnv(
+        workflows=[digest], registry=registry, triggers=[trigger], projections=[item]
+    ) as env:
+        await env.client.send_events("mails", ["a", "b", "c", "d"])
+        await env.advance(0)  # a full batch goes at once; "d" waits its hour
+        runs = await env.store.list_runs(workflow="digest")
+        assert [r.status for r in runs] == [RunStatus.COMPLETED]
+        assert delivered == []  # ended, not settled yet
+        await env.advance(60)
+        assert delivered == ['"a, b, c"']
+        await env.advance(3600)
+        assert len(await env.store.list_runs(workflow="digest")) == 2
+        assert delivered == ['"a, b, c"', '"d"']

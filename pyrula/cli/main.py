@@ -23,8 +23,10 @@ from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
 from pyrula.cli.inspect import inspect_command, status_command
 from pyrula.cli.multi import multi_command
+from pyrula.cli.projections import projections_group
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
+from pyrula.cli.triggers import triggers_group
 from pyrula.cli.worker import worker_command
 
 
@@ -57,6 +59,8 @@ cli.add_command(beat_command)
 cli.add_command(init_command)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
+cli.add_command(triggers_group)
+cli.add_command(projections_group)
 cli.add_command(db_group)
 cli.add_command(dev_command)
 cli.add_command(status_command)

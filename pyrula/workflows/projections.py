@@ -10,8 +10,9 @@ a dashboard, a search index, a webhook::
             await db.upsert(run.run_id, run.status.value, run.result)
 
 Every worker whose process defines it runs its projection loop; a lease lets one worker
-at a time deliver a projection's batches (renewed at every look; a worker that dies is
-replaced after its ``lock_ttl``, as for the runs it held). The projection's place is a cursor in the
+at a time deliver a projection's batches (renewed at every look and every third of
+its TTL while a batch is being delivered; a worker that dies is replaced after its
+``lock_ttl``, as for the runs it held). The projection's place is a cursor in the
 store (``Store.get_cursor`` / ``swap_cursor``), moved after each batch the function
 returned from: a worker that crashes mid-batch leaves the cursor where it was, and the
 batch is delivered again (at least once: write the function so that a repeat is
@@ -238,7 +239,7 @@ class ProjectionRunner:
         wanted = self.item.workflows
         runs = page if wanted is None else [run for run in page if run.workflow in wanted]
         if runs:
-            await self.item.deliver(runs)
+            await self._deliver_holding(runs)
         if not await self.store.swap_cursor(self.item.cursor_name, text, encode_cursor(page[-1])):
             log.warning(
                 "projection %r: its cursor moved under worker %s (another worker took the "
@@ -248,6 +249,31 @@ class ProjectionRunner:
             )
             return 0
         return len(page)
+
+    async def _deliver_holding(self, runs: list[RunRecord]) -> None:
+        """Deliver ``runs``, renewing the lease every third of its TTL meanwhile, so a
+        function slower than the TTL is not joined by another worker on the same batch."""
+        renewing = asyncio.create_task(self._renew_while_delivering())
+        try:
+            await self.item.deliver(runs)
+        finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
+
+    async def _renew_while_delivering(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                if not await self.hold():
+                    log.warning(
+                        "projection %r: worker %s lost its lease while delivering a batch; "
+                        "the batch may be delivered twice",
+                        self.item.name,
+                        self.worker_id,
+                    )
+                    return
+            except StoreError as exc:
+                log.warning("projection %r: renewing its lease failed: %s", self.item.name, exc)
 
 
 async def projection_loop(worker: WorkflowWorker, items: Sequence[Projection]) -> None:

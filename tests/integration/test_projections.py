@@ -192,3 +192,24 @@ async def test_a_worker_delivers_every_ended_run_once(
 def test_a_worker_refuses_what_is_not_a_projection() -> None:
     with pytest.raises(ConfigurationError, match="projections="):
         WorkflowWorker(store=MemoryStore(), projections=[print])  # type: ignore[list-item]
+
+
+async def test_the_lease_is_renewed_while_a_slow_batch_is_delivered() -> None:
+    store = MemoryStore()  # the real clock: the lease lapses in real time
+    await store.open()
+    await WorkflowClient(store, require_registered=False).submit("wf", {}, run_id="a")
+    await store.cancel_run("a")
+
+    async def slow(runs: list[RunRecord]) -> None:
+        await asyncio.sleep(1.0)  # over three lease TTLs
+
+    one = ProjectionRunner(store, Projection("p", slow, settle=0.0), "w1", lease_ttl=0.3)
+    two = ProjectionRunner(store, Projection("p", slow, settle=0.0), "w2", lease_ttl=0.3)
+    assert await one.hold()
+    delivering = asyncio.create_task(one.step())
+    taken = []
+    while not delivering.done():
+        taken.append(await two.hold())
+        await asyncio.sleep(0.05)
+    assert await delivering == 1
+    assert len(taken) > 10 and not any(taken)

@@ -25,7 +25,13 @@ from pyrula.cli.runs import json_option, store_option, with_store
 from pyrula.cli.triggers import COUNT_BOUND, checked_names, count_fields, count_text, import_option
 from pyrula.cli.worker import import_workflow_modules
 from pyrula.workflows import Store
-from pyrula.workflows.projections import Projection, decode_cursor, default_projections
+from pyrula.workflows.projections import (
+    Projection,
+    cursor_name,
+    decode_cursor,
+    default_projections,
+    lease_name,
+)
 
 Position = tuple[float, str]
 
@@ -38,14 +44,6 @@ PAGE = 1000
 """Runs read per ``ended_runs`` call when looking for the newest ended run."""
 FIRST_WINDOW = 1.0
 """Seconds back the search for the newest ended run looks first; it widens eightfold."""
-
-
-def cursor_name(name: str) -> str:
-    return f"projection:{name}"
-
-
-def lease_name(name: str) -> str:
-    return f"projection-lease:{name}"
 
 
 def decoded(text: str | None) -> Position | None:

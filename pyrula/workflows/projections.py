@@ -63,6 +63,16 @@ worker's projection loop uses its ``lock_ttl``, as for the runs it holds); anoth
 worker takes it over then."""
 
 
+def cursor_name(name: str) -> str:
+    """The store cursor that keeps projection ``name``'s place."""
+    return f"projection:{name}"
+
+
+def lease_name(name: str) -> str:
+    """The store cursor that names the worker delivering projection ``name``."""
+    return f"projection-lease:{name}"
+
+
 @dataclass(frozen=True)
 class Projection:
     """A function fed the runs that end (see the module docstring).
@@ -101,11 +111,11 @@ class Projection:
 
     @property
     def cursor_name(self) -> str:
-        return f"projection:{self.name}"
+        return cursor_name(self.name)
 
     @property
     def lease_name(self) -> str:
-        return f"projection-lease:{self.name}"
+        return lease_name(self.name)
 
     async def deliver(self, runs: list[RunRecord]) -> None:
         """Call the function; a plain ``def`` runs in a thread, so that its I/O does not

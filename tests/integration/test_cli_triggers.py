@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 
 from pyrula.cli import projections as cli_projections
 from pyrula.cli.main import cli
-from pyrula.cli.projections import START_CURSOR, cursor_name, lease_name, newest_ended
+from pyrula.cli.projections import START_CURSOR, newest_ended
 from pyrula.workflows import MemoryStore, SqliteStore, Store, WorkflowClient
 from pyrula.workflows.projections import ProjectionRunner, default_projections
 from pyrula.workflows.records import RunStatus, TriggerEvent
@@ -283,11 +283,6 @@ def test_projections_list_shows_position_lease_and_lag(url: str, defs: str) -> N
 
     [named] = ok_json("projections", "list", "gone", "--store", url)["projections"]
     assert (named["defined"], named["workflows"], named["behind"]) == (False, None, 3)
-
-
-def test_the_cli_reads_the_cursors_the_runner_writes(defs: str) -> None:
-    item = loaded().clit_all
-    assert (cursor_name(item.name), lease_name(item.name)) == (item.cursor_name, item.lease_name)
 
 
 # -- projections reset ---------------------------------------------------------------------

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from pyrula.cli.main import cli
 from pyrula.cli.render import duration_text, iso, mask_url
 from pyrula.cli.worker import WORKER_FLAGS, flag_name, options_from_params, worker_command
 from pyrula.workflows import (
@@ -30,6 +28,7 @@ from pyrula.workflows import (
     WorkerOptions,
 )
 from tests.fixtures import cli_workflows
+from tests.integration.cli_checks import assert_one_error_line, invoke
 
 LONG_TEXT = "x" * 250 + "END"
 
@@ -89,23 +88,10 @@ def restore_logging() -> Iterator[None]:
     root.setLevel(level)
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-
-
 def status_of(store: Populated, run_id: str) -> str:
     result = invoke("runs", "show", run_id, "--store", store.url, "--json")
     assert result.exit_code == 0, result.output
     return str(json.loads(result.stdout)["run"]["status"])
-
-
-def assert_one_error_line(result: Result, exit_code: int, *needles: str) -> None:
-    assert result.exit_code == exit_code, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0]
 
 
 # -- the worker's flags ----------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from pyrula.cli.main import cli
 from pyrula.workflows import (
@@ -32,6 +32,7 @@ from pyrula.workflows import (
     workflow,
 )
 from pyrula.workflows.records import ScheduleRecord
+from tests.integration.cli_checks import assert_one_error_line, invoke, ok, ok_json
 
 FIRE_LIMIT = 30.0
 """Longest the worker test waits for a 1-second schedule to fire: a bound, not a timing."""
@@ -63,29 +64,6 @@ async def clis_backoff(ctx: WorkflowContext) -> None:
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'pyrula.db'}"
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def ok(*args: str) -> Result:
-    result = invoke(*args)
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def ok_json(*args: str) -> Any:
-    return json.loads(ok(*args, "--json").stdout)
-
-
-def assert_one_error_line(result: Result, exit_code: int, *needles: str) -> None:
-    assert result.exit_code == exit_code, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def stored(url: str) -> list[ScheduleRecord]:

@@ -21,16 +21,15 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
-from click.testing import CliRunner, Result
 
 from pyrula.cli import projections as cli_projections
-from pyrula.cli.main import cli
 from pyrula.cli.projections import START_CURSOR, newest_ended
 from pyrula.workflows import MemoryStore, SqliteStore, Store, WorkflowClient
 from pyrula.workflows.projections import ProjectionRunner, default_projections
 from pyrula.workflows.records import RunStatus, TriggerEvent
 from pyrula.workflows.triggering import TriggerFirer
 from pyrula.workflows.triggers import default_triggers
+from tests.integration.cli_checks import assert_one_error_line, invoke, ok, ok_json
 from tests.stores.conftest import START, FakeClock
 
 T = TypeVar("T")
@@ -61,29 +60,6 @@ def defs() -> Iterator[str]:
 
 def loaded() -> ModuleType:
     return importlib.import_module(MODULE)
-
-
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
-
-
-def ok(*args: str, stdin: str | None = None) -> Result:
-    result = invoke(*args, stdin=stdin)
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def ok_json(*args: str) -> Any:
-    return json.loads(ok(*args, "--json").stdout)
-
-
-def assert_one_error_line(result: Result, exit_code: int, *needles: str) -> None:
-    assert result.exit_code == exit_code, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def on_store(url: str, action: Callable[[Store], Awaitable[T]]) -> T:

@@ -181,7 +181,7 @@ local function leave(c, r)
   local w = kpart(r.wf)
   if r.st == 'queued' and (r.q == 'r' or r.q == 'x') then
     if r.q == 'r' then
-      redis.call('LREM', hint_prefix(c.ns, r.wf) .. 'r', 1, list_entry(c, r.id))
+      redis.call('LREM', hint_prefix(c.ns, r.wf) .. 'r', -1, list_entry(c, r.id))
     end
   elseif r.st == 'queued' then
     redis.call('ZREM', qkey(c, r.wf, r.ow), member(r))

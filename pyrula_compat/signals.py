@@ -6,8 +6,10 @@ still run. The task signals fire in the worker around each attempt, in Celery's 
 ``task_prerun``, the body, ``task_success``/``task_failure``/``task_retry``,
 ``task_postrun``. ``before_task_publish``/``after_task_publish`` fire in the process
 that calls ``delay``. ``worker_init``/``worker_process_init``/``worker_ready`` fire when
-``pyrula worker -A`` starts (it has no pool children: the worker is the process), and
-``setup_logging``, when it has a receiver, replaces the CLI's logging set-up.
+``pyrula worker -A`` starts (one process is both Celery's main and its pool process; with
+``--max-tasks-per-child`` the supervisor sends the main process's signals and each
+worker child the pool process's: :mod:`pyrula_compat.worker`), and ``setup_logging``,
+when it has a receiver, replaces the CLI's logging set-up.
 ``task_received``, ``task_revoked`` and ``task_unknown`` fire on the worker that takes,
 stops or finds the task (:mod:`pyrula_compat.worker_signals` says when). ``task_rejected``
 is never sent: Celery sends it for a message of an unknown type (not for ``Reject``), and

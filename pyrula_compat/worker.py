@@ -4,6 +4,15 @@ Before the worker starts it does what Celery's worker does at start-up: set Djan
 and run its system checks when ``DJANGO_SETTINGS_MODULE`` is set (which imports the
 URLconf and whatever it reaches), import the ``include``/``imports`` modules and the
 autodiscovered task modules, refuse non-JSON serializers, and send the worker signals.
+Which process sends which follows Celery's prefork worker, whose main process is our
+``pyrula worker`` and whose pool children are the processes that serve: one process
+without recycling sends them all; with ``--max-tasks-per-child`` /
+``--max-memory-per-child`` the supervisor sends the main process's (``celeryd_init``,
+``celeryd_after_setup``, ``worker_init``, ``worker_ready`` once its first worker child
+serves, ``worker_shutting_down``, ``worker_shutdown``) and each worker child
+(``pool_child``) only ``worker_process_init`` and ``worker_process_shutdown``. Both
+import the app, so both send the app's own (``import_modules``, ``on_after_configure``,
+the logging signals).
 Once the store is open it syncs ``beat_schedule`` and says which queued tasks no worker
 here knows (they stay queued, never dropped; a client sending one while no running
 worker serves it says so too: :func:`pyrula_compat.result.served`).
@@ -50,26 +59,43 @@ def setup_django() -> bool:
 
 
 class AppWorker:
-    """Prepares a process to serve ``app`` and hooks the worker's start and stop."""
+    """Prepares a process to serve ``app`` and hooks the worker's start and stop.
 
-    def __init__(self, app: Celery, hostname: str | None = None) -> None:
+    ``pool_child``: this process is a worker child of a recycling supervisor (Celery's
+    pool process), so it sends only ``worker_process_init`` and
+    ``worker_process_shutdown``; the supervisor, which prepares the app but never
+    serves (no :meth:`on_start`), sends the others, ``worker_ready`` through
+    :meth:`ready`."""
+
+    def __init__(
+        self, app: Celery, hostname: str | None = None, *, pool_child: bool = False
+    ) -> None:
         self.app = app
         self.hostname = hostname
+        self.pool_child = pool_child
+        self.process_started = False
+        """Whether :meth:`on_start` sent ``worker_process_init`` (so :meth:`on_stop`
+        sends ``worker_process_shutdown``)."""
 
     def prepare(self) -> list[str]:
         """Everything that happens before the store opens; returns the modules imported."""
         app = self.app
-        signals.celeryd_init.send(sender=self.hostname, instance=self, conf=app.conf, options={})
+        main = not self.pool_child
+        if main:
+            signals.celeryd_init.send(
+                sender=self.hostname, instance=self, conf=app.conf, options={}
+            )
         app.check_serializers()
         setup_django()
         imported = app.import_default_modules()
         signals.import_modules.send(sender=app)
-        signals.celeryd_after_setup.send(sender=self.hostname, instance=self, conf=app.conf)
+        if main:
+            signals.celeryd_after_setup.send(sender=self.hostname, instance=self, conf=app.conf)
         app.finalize()
         app.on_after_configure.send(sender=app, source=app.conf)
         beat.schedules_of(app)  # a bad entry fails here, before serving
-        signals.worker_init.send(sender=self)
-        signals.worker_process_init.send(sender=None)
+        if main:
+            signals.worker_init.send(sender=self)
         return imported
 
     @property
@@ -113,8 +139,11 @@ class AppWorker:
             self.app.conf.result_backend = None
 
     async def on_start(self, store: Store) -> None:
-        """Sync the beat schedule and report queued tasks nobody here serves (each run
-        also as ``task_unknown``)."""
+        """This process serves: send ``worker_process_init``, sync the beat schedule,
+        report queued tasks nobody here serves (each run also as ``task_unknown``), then
+        send ``worker_ready`` (not in a ``pool_child``: its supervisor does, once)."""
+        self.process_started = True
+        signals.worker_process_init.send(sender=None)
         worker_signals.consumer = self
         await beat.sync_schedules(self.app, store)
         known = {d.name for d in self.definitions} | {REVOKED_TASK, SAVED_GROUP}
@@ -133,16 +162,30 @@ class AppWorker:
             )
         for record in unknown:
             worker_signals.unknown(record.workflow, record.run_id)
+        if not self.pool_child:
+            self.ready()
+
+    def ready(self) -> None:
+        """Send ``worker_ready``: at the end of :meth:`on_start`, or in a recycling
+        supervisor once its first worker child serves."""
         signals.worker_ready.send(sender=self)
 
     def on_stop(self) -> None:
+        """The process stops: the main process's shutdown signals (not in a
+        ``pool_child``) around ``worker_process_shutdown`` (only where
+        :meth:`on_start` ran: not in a supervisor)."""
         if worker_signals.consumer is self:
             worker_signals.consumer = None
-        signals.worker_shutting_down.send(
-            sender=self.hostname, sig="SIGTERM", how="warm", exitcode=0
-        )
-        signals.worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)
-        signals.worker_shutdown.send(sender=self)
+        main = not self.pool_child
+        if main:
+            signals.worker_shutting_down.send(
+                sender=self.hostname, sig="SIGTERM", how="warm", exitcode=0
+            )
+        if self.process_started:
+            self.process_started = False
+            signals.worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)
+        if main:
+            signals.worker_shutdown.send(sender=self)
 
     def setup_logging(self, loglevel: str, logfile: str | None = None) -> bool:
         """Let a ``setup_logging`` receiver configure logging (True if one did)."""

@@ -249,6 +249,10 @@ class LoadedApp:
     async def on_start(self, store: Any) -> None:
         await self.setup.on_start(store)
 
+    def on_ready(self) -> None:
+        """A recycling supervisor's first worker child serves: ``worker_ready``."""
+        self.setup.ready()
+
     def on_stop(self) -> None:
         self.setup.on_stop()
 
@@ -270,12 +274,15 @@ def load(
     loglevel: str,
     logfile: str | None = None,
     make_setup: Callable[[Any], Any] | None = None,
+    *,
+    pool_child: bool = False,
 ) -> LoadedApp:
     """Find and prepare the app named by ``-A``; set up logging (to ``logfile`` if
     given); apply Celery's ``-b``, ``--result-backend``, ``--config``, ``-I`` and
     ``--skip-checks``; fill defaults (the app's ``worker_concurrency`` for ``-c``) into
     ``values``. ``make_setup(app)`` makes what prepares the app and hooks the start and
-    stop (default: a worker's :class:`pyrula_compat.worker.AppWorker`)."""
+    stop (default: a worker's :class:`pyrula_compat.worker.AppWorker`, sending only a
+    pool process's signals with ``pool_child``: a recycling supervisor's child)."""
     if values.get("celery_alias"):
         from pyrula_compat.alias import install
 
@@ -286,7 +293,8 @@ def load(
     spec = values["celery_app"]
     app = import_app(spec)
     if make_setup is None:
-        setup = AppWorker(app, hostname=node_name(values.get("celery_hostname")))
+        hostname = node_name(values.get("celery_hostname"))
+        setup = AppWorker(app, hostname=hostname, pool_child=pool_child)
     else:
         setup = make_setup(app)
     if not setup.setup_logging(loglevel, logfile):

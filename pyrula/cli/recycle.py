@@ -231,9 +231,10 @@ class ChildLink:
         self.worker.stop()
 
 
-def supervise(limits: Limits) -> None:
+def supervise(limits: Limits, on_first_ready: Callable[[], None] | None = None) -> None:
     """Serve through worker children until stopped (see the module docstring); return
-    on a clean stop, else raise ``SystemExit`` with the exit code."""
+    on a clean stop, else raise ``SystemExit`` with the exit code. ``on_first_ready`` is
+    called once, when the first child serves (with ``-A``: Celery's ``worker_ready``)."""
     from pyrula.cli.worker import EXIT_FORCED, REPEAT_SIGNAL_WINDOW, _hard_exit
 
     click.echo(
@@ -241,7 +242,10 @@ def supervise(limits: Limits) -> None:
         f"replaced {limits.describe()}"
     )
     argv = [sys.executable, "-m", "pyrula.cli.main", *sys.argv[1:]]
-    code = Supervisor(argv, lambda: _hard_exit(EXIT_FORCED), REPEAT_SIGNAL_WINDOW).run()
+    supervisor = Supervisor(
+        argv, lambda: _hard_exit(EXIT_FORCED), REPEAT_SIGNAL_WINDOW, on_first_ready
+    )
+    code = supervisor.run()
     log.info("supervisor %d stopped", os.getpid())
     if code:
         raise SystemExit(code)

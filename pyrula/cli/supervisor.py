@@ -46,12 +46,19 @@ class Child:
 class Supervisor:
     """Keeps one worker child (``argv``) serving; :meth:`run` returns the exit code.
     ``exit_now`` leaves at once (a second stop signal more than ``window`` seconds after
-    the first)."""
+    the first); ``on_first_ready`` is called once, when the first child says it serves."""
 
-    def __init__(self, argv: list[str], exit_now: Callable[[], None], window: float):
+    def __init__(
+        self,
+        argv: list[str],
+        exit_now: Callable[[], None],
+        window: float,
+        on_first_ready: Callable[[], None] | None = None,
+    ):
         self.argv = argv
         self.exit_now = exit_now
         self.window = window
+        self.on_first_ready = on_first_ready
         self.children: dict[int, Child] = {}
         self.started = 0
         self.stopping = False
@@ -168,6 +175,9 @@ class Supervisor:
             line, _, child.buffer = child.buffer.partition(b"\n")
             if line == READY:
                 child.ready_at = time.monotonic()
+                first, self.on_first_ready = self.on_first_ready, None
+                if first is not None:
+                    first()
             elif line.startswith(RECYCLING) and not child.recycling:
                 child.recycling = True
                 reason = line[len(RECYCLING) :].decode(errors="replace").strip()

@@ -230,7 +230,13 @@ def worker_command(
     daemon.enter_workdir()
     node = node_name(values.get("celery_hostname"))
     logfile = daemon.log_path(node)
-    loaded = app_loader.load(values, loglevel, logfile) if app_loader.app_spec(values) else None
+    loaded = None
+    if app_loader.app_spec(values):
+        # A child sends only a pool process's signals; a --detach launcher, which only
+        # checks the app before starting the worker in the background, none of the
+        # worker's (Celery detaches before it makes the worker).
+        quiet = child is not None or daemon.detach
+        loaded = app_loader.load(values, loglevel, logfile, pool_child=quiet)
     if loaded is None:
         # Celery's -I and -b mean the same without an app: more modules, the store.
         modules += tuple(m.strip() for m in (values.get("celery_include") or "").split(","))
@@ -256,8 +262,9 @@ def worker_command(
     import_workflow_modules(modules)
     if loaded is not None:
         app_loader.merge_default_registry(loaded.app)
-    for note in app_loader.celery_notes(values):
-        click.echo(note, err=True)
+    if child is None:  # a child's supervisor said them
+        for note in app_loader.celery_notes(values):
+            click.echo(note, err=True)
     worker = WorkflowWorker(
         store=store, options=options, registry=loaded.registry if loaded else None
     )
@@ -287,7 +294,7 @@ def worker_command(
     try:
         with daemon.running(node):
             if limits is not None and child is None:  # --max-*-per-child: recycle.py
-                recycle.supervise(limits)
+                recycle.supervise(limits, loaded.on_ready if loaded is not None else None)
             else:
                 asyncio.run(serve_worker(worker, banner, start, purge))
     except PyrulaError as exc:

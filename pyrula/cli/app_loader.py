@@ -69,18 +69,81 @@ CELERY_ONLY_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
     (("--purge", "--discard"), "celery_purge", True, ""),
 )  # fmt: skip
 
-CELERY_GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
-    (("--loader",), "celery_loader", False, "--loader: pyrula loads the app itself"),
-    (("-C", "--no-color"), "celery_no_color", True, ""),
-    (("-q", "--quiet"), "celery_quiet", True, ""),
-    # Given effect in load(), so no note:
-    (("-b", "--broker"), "celery_broker", False, ""),
-    (("--result-backend",), "celery_result_backend", False, ""),
-    (("--config",), "celery_config", False, ""),
-    (("--skip-checks",), "celery_skip_checks", True, ""),
+GROUP_VALUES = "pyrula.celery_globals"
+"""``ctx.meta`` key of Celery's global options given before the subcommand (``pyrula -A
+proj -b URL worker``): a dict of dest to value."""
+APP_COMMANDS = (
+    "worker", "beat", "multi", "status", "inspect", "purge", "call", "result", "control",
 )  # fmt: skip
-"""Celery's options of every command (``celery --broker URL worker ...``): the worker's
-and beat's."""
+"""The subcommands that take an app."""
+SERVING_COMMANDS = ("worker", "beat", "multi")
+"""The subcommands that take all of Celery's global options: worker and beat after the
+subcommand too, multi for every node's worker."""
+
+
+@dataclass(frozen=True)
+class GlobalOption:
+    """One of Celery's global options (``celery -b URL worker``), which ``pyrula`` takes
+    before the subcommand as it does after it."""
+
+    names: tuple[str, ...]
+    dest: str
+    """The parameter it sets: the same for the group and the commands that take it."""
+    is_flag: bool = False
+    metavar: str | None = None
+    help: str = ""
+    note: str = ""
+    """A note printed when given (an option with no effect)."""
+    commands: tuple[str, ...] = APP_COMMANDS
+    """The subcommands it may come before."""
+    declared: bool = False
+    """The subcommands declare it themselves (``-A``, ``--workdir``); else it is one of
+    the hidden :data:`CELERY_GLOBAL_FLAGS` of worker and beat."""
+
+    @property
+    def label(self) -> str:
+        return "/".join(self.names)
+
+
+GLOBAL_OPTIONS: tuple[GlobalOption, ...] = (
+    GlobalOption(("-A", "--app"), "celery_app", metavar="APP", declared=True,
+                 help="A Celery app, as `celery -A proj worker` takes it: `pyrula -A proj "
+                 "worker` is `pyrula worker -A proj`."),
+    GlobalOption(("-b", "--broker"), "celery_broker", metavar="URL", commands=SERVING_COMMANDS,
+                 help="Celery's broker URL: the store worker, beat and multi's workers "
+                 "serve (as `pyrula worker -b URL`)."),
+    GlobalOption(("--result-backend",), "celery_result_backend", metavar="URL",
+                 commands=SERVING_COMMANDS,
+                 help="Celery's result backend, checked as the app's result_backend is "
+                 "(worker, beat, multi)."),
+    GlobalOption(("--config",), "celery_config", metavar="MODULE", commands=SERVING_COMMANDS,
+                 help="A settings module for the app, as `celery --config` loads it "
+                 "(worker, beat, multi)."),
+    GlobalOption(("--workdir",), "workdir", metavar="DIR", commands=SERVING_COMMANDS,
+                 declared=True, help="Change to DIR first, as `pyrula worker --workdir` "
+                 "does (worker, beat, multi)."),
+    GlobalOption(("--loader",), "celery_loader", metavar="LOADER",
+                 note="--loader: pyrula loads the app itself",
+                 help="Accepted, no effect: pyrula loads the app itself."),
+    GlobalOption(("--skip-checks",), "celery_skip_checks", is_flag=True,
+                 help="Skip Django's system checks, as Celery does (worker, beat, multi)."),
+    GlobalOption(("-q", "--quiet"), "celery_quiet", is_flag=True,
+                 help="Accepted: `multi` prints less (its own -q); no effect elsewhere."),
+    GlobalOption(("-C", "--no-color"), "celery_no_color", is_flag=True,
+                 help="Accepted, no effect."),
+)  # fmt: skip
+"""Celery's global options: the one list of them. ``pyrula`` takes each before the
+subcommands of its ``commands`` (main.py adds them to the group); worker and beat take
+them after the subcommand too."""
+
+CELERY_GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = tuple(
+    (option.names, option.dest, option.is_flag, option.note)
+    for option in GLOBAL_OPTIONS
+    if not option.declared
+)
+"""Celery's options of every command (``celery --broker URL worker ...``), hidden
+options of the worker and beat (``-b``, ``--result-backend`` and ``--config`` are given
+effect in load(), ``--skip-checks`` there too)."""
 
 
 def hidden_flags(flags: tuple[tuple[tuple[str, ...], str, bool, str], ...]) -> Callable[[F], F]:
@@ -120,44 +183,89 @@ def celery_worker_flags(command: F) -> F:
     )(command)
 
 
-GROUP_APP = "pyrula.celery_app"
-"""``ctx.meta`` key of an ``-A`` given before the subcommand (``pyrula -A proj worker``)."""
-APP_COMMANDS = (
-    "worker", "beat", "multi", "status", "inspect", "purge", "call", "result", "control",
-)  # fmt: skip
-"""The subcommands that take an app."""
+def group_options(command: F) -> F:
+    """Add :data:`GLOBAL_OPTIONS` to the ``pyrula`` group."""
+    for option in reversed(GLOBAL_OPTIONS):
+        if option.is_flag:
+            decorator = click.option(
+                *option.names, option.dest, is_flag=True, default=False, help=option.help
+            )
+        else:
+            decorator = click.option(
+                *option.names, option.dest, metavar=option.metavar, default=None,
+                help=option.help,
+            )  # fmt: skip
+        command = decorator(command)
+    return command
 
 
-def remember_group_app(ctx: click.Context, spec: str | None) -> None:
-    """Keep ``pyrula -A APP <command>``'s APP for the command; only commands that take
-    an app accept it."""
-    if spec is None:
-        return
+def remember_group_options(ctx: click.Context, values: Mapping[str, Any]) -> None:
+    """Keep Celery's global options given before the subcommand (``pyrula -A APP -b URL
+    worker``) for it: in ``ctx.meta`` (multi reads them there) and as the defaults of the
+    subcommand's own options of the same name (so worker and beat see them as if given
+    after it). An option before a subcommand that does not take it is a usage error; a
+    no-effect one before a command that does not take it after is noted here."""
     command = ctx.invoked_subcommand
-    if command is not None and command not in APP_COMMANDS:
-        raise CliUsageError(
-            f"-A/--app {spec}: `pyrula {command}` takes no app; only "
-            + ", ".join(f"`pyrula {name}`" for name in APP_COMMANDS)
-            + " take one"
-        )
-    ctx.meta[GROUP_APP] = spec
+    given = [(o, values[o.dest]) for o in GLOBAL_OPTIONS if values.get(o.dest) not in (None, False)]
+    if not given or command is None:
+        return
+    for option, value in given:
+        if command not in option.commands:
+            raise CliUsageError(_not_taken(option, value, command))
+    ctx.meta[GROUP_VALUES] = {option.dest: value for option, value in given}
+    ctx.default_map = {**(ctx.default_map or {}), command: dict(ctx.meta[GROUP_VALUES])}
+    if command not in SERVING_COMMANDS:
+        for note in celery_notes(ctx.meta[GROUP_VALUES], CELERY_GLOBAL_FLAGS):
+            click.echo(note, err=True)
+
+
+def _not_taken(option: GlobalOption, value: Any, command: str) -> str:
+    takers = ", ".join(f"`pyrula {name}`" for name in option.commands)
+    if option.dest == "celery_app":
+        return f"-A/--app {value}: `pyrula {command}` takes no app; only {takers} take one"
+    text = f"{option.label} before `pyrula {command}`: only {takers} take it"
+    if option.dest == "celery_broker" and command in APP_COMMANDS:
+        text += f" (`pyrula {command}` takes the store as --store URL)"
+    return text
+
+
+def group_values(ctx: click.Context | None) -> list[tuple[GlobalOption, Any]]:
+    """Celery's global options given before the subcommand, in :data:`GLOBAL_OPTIONS`
+    order."""
+    given = ctx.meta.get(GROUP_VALUES, {}) if ctx is not None else {}
+    return [(option, given[option.dest]) for option in GLOBAL_OPTIONS if option.dest in given]
+
+
+def shown(option: GlobalOption, value: Any) -> str:
+    """``value`` for a message (a URL's password masked)."""
+    return repr(mask_url(str(value)) if option.metavar == "URL" else value)
 
 
 def app_spec(values: dict[str, Any]) -> str | None:
     """The app to serve: ``-A`` after the subcommand or before it (as in ``celery -A
-    proj worker``), stored back into ``values``; both with different values is a usage
-    error."""
-    given = values.get("celery_app")
+    proj worker``), stored back into ``values``. The Celery global options given before
+    the subcommand reach ``values`` as defaults (:func:`remember_group_options`); one
+    given in both places with different values is a usage error."""
     ctx = click.get_current_context(silent=True)
-    outer = ctx.meta.get(GROUP_APP) if ctx is not None else None
-    if given and outer and given != outer:
-        raise CliUsageError(
-            f"-A/--app given twice with different values: {outer!r} before the command "
-            f"and {given!r} after it"
-        )
-    spec: str | None = given or outer
-    values["celery_app"] = spec
+    for option, before in group_values(ctx):
+        if option.dest not in values:
+            continue
+        after = values[option.dest]
+        if after in (None, False):
+            if option.dest == "celery_app":
+                values[option.dest] = before
+        elif after != before and _on_command_line(ctx, option.dest):
+            raise CliUsageError(
+                f"{option.label} given twice with different values: {shown(option, before)} "
+                f"before the command and {shown(option, after)} after it"
+            )
+    spec: str | None = values.get("celery_app") or None
     return spec
+
+
+def _on_command_line(ctx: click.Context | None, param: str) -> bool:
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return source is None or source is click.core.ParameterSource.COMMANDLINE
 
 
 def celery_notes(

@@ -10,6 +10,7 @@ as a malformed cron expression or JSON, a workflow module that does not import),
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import click
 
@@ -39,19 +40,15 @@ def _version() -> str:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="pyrula")
-@click.option(
-    "--app",
-    "-A",
-    "celery_app",
-    metavar="APP",
-    default=None,
-    help="A Celery app, as `celery -A proj worker` takes it: `pyrula -A proj worker` is "
-    "`pyrula worker -A proj`.",
-)
+@app_loader.group_options
 @click.pass_context
-def cli(ctx: click.Context, celery_app: str | None) -> None:
-    """pyrula: durable workflows. Run workers, look after runs, manage schedules."""
-    app_loader.remember_group_app(ctx, celery_app)
+def cli(ctx: click.Context, /, **celery_globals: Any) -> None:
+    """pyrula: durable workflows. Run workers, look after runs, manage schedules.
+
+    Celery's global options may come before the command (`pyrula -A proj -b URL worker`)
+    and mean what they mean after it.
+    """
+    app_loader.remember_group_options(ctx, celery_globals)
 
 
 cli.add_command(worker_command)

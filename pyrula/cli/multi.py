@@ -27,7 +27,7 @@ import click
 
 from pyrula.cli import app_loader
 from pyrula.cli.daemon import DETACHED_ENV, pid_running, read_pid
-from pyrula.cli.multi_nodes import Node, build_nodes, parse_args, worker_options
+from pyrula.cli.multi_nodes import MultiArgs, Node, Opt, build_nodes, parse_args, worker_options
 from pyrula.cli.render import CliError, CliUsageError
 
 START_TIMEOUT = 60.0
@@ -60,6 +60,8 @@ examples:
 COMMANDS = ("start", "stop", "stopwait", "restart", "kill", "show", "get", "names",
             "expand", "help")  # fmt: skip
 SIGNAL_COMMANDS = ("stop", "stopwait", "stop_verify", "restart")
+MULTI_FLAGS = {"celery_quiet": "quiet", "celery_no_color": "no_color"}
+"""Celery's global flags that, before ``multi``, are multi's own (not its workers')."""
 
 
 @dataclass
@@ -110,7 +112,7 @@ def multi_command(ctx: click.Context, args: tuple[str, ...]) -> None:
     if parsed.signal is not None and command not in SIGNAL_COMMANDS:
         raise CliUsageError(f"multi {command}: takes no signal; only stop, stopwait, restart")
     nodes = build_nodes(parsed)
-    app = _group_app(ctx, nodes)
+    _group_options(ctx, parsed, nodes)
     out = Out(quiet="quiet" in parsed.flags, verbose="verbose" in parsed.flags)
     if command not in ("show", "get", "names", "expand") and "nosplash" not in parsed.flags:
         out.note(f"pyrula multi v{_version()}")
@@ -118,17 +120,17 @@ def multi_command(ctx: click.Context, args: tuple[str, ...]) -> None:
     code = 0
     if command == "start":
         out.note("> Starting nodes...")
-        code = start_nodes(nodes, app, out)
+        code = start_nodes(nodes, out)
     elif command in ("stop", "stopwait", "stop_verify"):
         code = stop_nodes(nodes, sig, out, wait=command != "stop")
     elif command == "restart":
         code = stop_nodes(nodes, sig, out, wait=True)
-        code = max(code, start_nodes(nodes, app, out, restart=True))
+        code = max(code, start_nodes(nodes, out, restart=True))
     elif command == "kill":
         code = kill_nodes(nodes, out)
     elif command == "show":
         for node in nodes:
-            click.echo(shlex.join(node.argv(app)))
+            click.echo(shlex.join(node.argv()))
     elif command == "names":
         for node in nodes:
             click.echo(node.name)
@@ -139,7 +141,7 @@ def multi_command(ctx: click.Context, args: tuple[str, ...]) -> None:
         found = [n for n in nodes if target in (n.name, n.short)]
         if not found:
             raise CliError(f"multi get: no node {target} among {', '.join(n.name for n in nodes)}")
-        click.echo(shlex.join(found[0].argv(app)))
+        click.echo(shlex.join(found[0].argv()))
     ctx.exit(code)
 
 
@@ -154,20 +156,31 @@ def _version() -> str:
         return "unknown"
 
 
-def _group_app(ctx: click.Context, nodes: Sequence[Node]) -> str | None:
-    """``pyrula -A proj multi ...``: the app for every worker that names none itself
-    (one naming another is a usage error)."""
-    outer = ctx.meta.get(app_loader.GROUP_APP)
-    if not outer:
-        return None
+def _group_options(ctx: click.Context, parsed: MultiArgs, nodes: Sequence[Node]) -> None:
+    """``pyrula -A proj -b URL multi ...``: Celery's global options before ``multi``, as
+    Celery's multi takes them. ``-q`` and ``-C`` are multi's own flags; every other goes
+    to each node's worker that does not give it itself (one giving another value is a
+    usage error)."""
+    given = app_loader.group_values(ctx)
+    parsed.flags.update(MULTI_FLAGS[o.dest] for o, _ in given if o.dest in MULTI_FLAGS)
+    passed = [(o, v) for o, v in given if o.dest not in MULTI_FLAGS]
     for node in nodes:
-        given = node.value("celery_app")
-        if given and given != outer:
-            raise CliUsageError(
-                f"-A/--app given twice with different values: {outer!r} before `multi` "
-                f"and {given!r} for {node.name}"
-            )
-    return str(outer)
+        missing = []
+        for option, value in passed:
+            if option.is_flag:
+                if not any(opt.key == option.dest for opt in node.options):
+                    missing.append(Opt(option.names[0], option.dest, None))
+                continue
+            own = node.value(option.dest)
+            if own is None:
+                missing.append(Opt(option.names[0], option.dest, str(value)))
+            elif own != value:
+                raise CliUsageError(
+                    f"{option.label} given twice with different values: "
+                    f"{app_loader.shown(option, value)} before `multi` and "
+                    f"{app_loader.shown(option, own)} for {node.name}"
+                )
+        node.options[:0] = missing
 
 
 # -- pid files ---------------------------------------------------------------------------
@@ -187,10 +200,10 @@ class Launch:
     problem: str | None = None
 
 
-def start_nodes(nodes: Sequence[Node], app: str | None, out: Out, *, restart: bool = False) -> int:
+def start_nodes(nodes: Sequence[Node], out: Out, *, restart: bool = False) -> int:
     """Start every node's worker in the background, then wait until each has written its
     pid file (or exited, or :data:`START_TIMEOUT` passed). 1 if any failed."""
-    launches = [_launch(node, app, out) for node in nodes]
+    launches = [_launch(node, out) for node in nodes]
     deadline = time.monotonic() + START_TIMEOUT
     failed = 0
     for launch in launches:
@@ -207,7 +220,7 @@ def start_nodes(nodes: Sequence[Node], app: str | None, out: Out, *, restart: bo
     return failed
 
 
-def _launch(node: Node, app: str | None, out: Out) -> Launch:
+def _launch(node: Node, out: Out) -> Launch:
     """Spawn the node's ``pyrula worker -D`` as its ``--detach`` would spawn the
     background process: in a new session, streams on the log file, with
     :data:`~pyrula.cli.daemon.DETACHED_ENV` set (so it serves in place), from here."""
@@ -221,7 +234,7 @@ def _launch(node: Node, app: str | None, out: Out) -> Launch:
         if not os.path.isdir(os.path.dirname(path)):
             launch.problem = f"no folder {os.path.dirname(path)} for the {what} {path}"
             return launch
-    argv = node.argv(app)
+    argv = node.argv()
     out.info(f"  {shlex.join(argv)}")
     try:
         log: IO[bytes] = open(logfile, "ab")  # noqa: SIM115  (closed below, kept by the child)

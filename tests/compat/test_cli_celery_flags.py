@@ -2,18 +2,33 @@
 them: ``-b/--broker`` picks the store, ``--config`` loads a settings module, ``-I``
 imports more task modules, ``--result-backend`` is checked like the setting, and
 ``-n`` names the node in ``--logfile``/``--pidfile`` (real worker processes on SQLite,
-stopped by PID)."""
+stopped by PID). The same options before the subcommand, as ``celery -A proj -b URL
+worker`` gives them, mean the same (a real worker, a real ``multi`` cluster, and
+CliRunner parse checks)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-from tests.compat.conftest import HERE, REPO_ROOT, Workers, proj_workers
+from pyrula.cli.main import cli
+from tests.compat.conftest import (
+    FAST,
+    HERE,
+    REPO_ROOT,
+    WorkerProcess,
+    Workers,
+    proj_workers,
+    pyrula_command,
+)
+from tests.integration.test_cli_multi import Cluster
 
 pytestmark = pytest.mark.slow
 
@@ -80,3 +95,157 @@ def test_purge_revokes_the_apps_waiting_tasks_before_serving(tmp_path: Path, pro
         assert [r.state for r in waiting] == ["REVOKED"] * 4
         assert t.add.delay(20, 22).get(timeout=30) == 42  # sent after: served
         assert worker.stop() == 0
+
+
+# -- Celery's global options before the subcommand -------------------------------------
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), prog_name="pyrula", catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_global_options_before_worker_serve_the_app(tmp_path: Path, proj_app: Any) -> None:
+    """``pyrula -A proj -b URL --config MOD --workdir DIR worker``: -b wins over the
+    environment's broker, --workdir makes DIR's settings module importable for --config."""
+    url = f"sqlite:///{tmp_path / 'before.db'}"
+    (tmp_path / "before_settings.py").write_text('imports = ["proj_extra"]\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO_ROOT)])}
+    env.pop("PYRULA_STORE_URL", None)
+    env["CELERY_BROKER_URL"] = f"sqlite:///{tmp_path / 'not-this-one.db'}"
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    command = [
+        *pyrula_command(), "-A", "proj", "-b", url, "--config", "before_settings",
+        "--workdir", str(tmp_path), "--loader", "x", "-q", "-C",
+        "worker", "-l", "info", *FAST,
+    ]  # fmt: skip
+    with proj_workers(url, tmp_path, proj_app), out.open("wb") as o, err.open("wb") as e:
+        proc = subprocess.Popen(
+            command, cwd=HERE, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL
+        )
+        worker = WorkerProcess(proc, out, err)
+        try:
+            worker.wait_started()
+            assert f"on {url}" in worker.stdout, worker.stdout  # the banner: -b's store
+            assert "proj.extra.shout" in worker.stdout  # --config's imports
+            assert proj_app.send_task("proj.extra.shout", args=["hi"]).get(timeout=30) == "HI!"
+        finally:
+            assert worker.stop() == 0
+    assert "note: --loader accepted, no effect." in worker.stderr
+    assert not (tmp_path / "not-this-one.db").exists()
+
+
+def test_global_options_before_multi_reach_every_node(tmp_path: Path, proj_app: Any) -> None:
+    """``pyrula -A proj -b URL multi start w1``: the node's worker serves -b's store."""
+    import proj.tasks as t
+
+    url = f"sqlite:///{tmp_path / 'multi.db'}"
+    cluster = Cluster(tmp_path, env={"PYTHONPATH": os.pathsep.join([str(HERE), str(REPO_ROOT)])})
+    cluster.env["CELERY_BROKER_URL"] = f"sqlite:///{tmp_path / 'not-this-one.db'}"
+    prefix = ("-A", "proj", "-b", url, "-q")
+    try:
+        started = cluster.multi("start", "w1", "--claim-poll-interval=0.05", prefix=prefix)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert started.stdout == ""  # -q before multi: multi's own --quiet
+        assert set(cluster.pids()) == {"w1"}
+        assert f"on {url}" in (tmp_path / "w1.log").read_text()
+        with proj_workers(url, tmp_path, proj_app):
+            assert t.add.delay(2, 3).get(timeout=30) == 5
+        stopped = cluster.multi("stopwait", "w1", prefix=prefix)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert cluster.pids() == {}
+    finally:
+        cluster.kill_all()
+    assert not (tmp_path / "not-this-one.db").exists()
+
+
+def test_multi_show_puts_the_global_options_on_every_node() -> None:
+    url = "sqlite:////srv/app/pyrula.db"
+    code, out = run("-A", "proj", "-b", url, "--config", "settings", "-q", "-C",
+                    "multi", "show", "w1", "w2", "-c", "2")  # fmt: skip
+    assert code == 0, out
+    lines = [shlex.split(line) for line in out.splitlines()]
+    assert len(lines) == 2
+    for words in lines:
+        assert words[words.index("-A") + 1] == "proj"
+        assert words[words.index("-b") + 1] == url and words.count("-b") == 1
+        assert "--config=settings" in words
+        assert "-q" not in words and "-C" not in words  # multi's own flags
+    same = run("-A", "proj", "-b", url, "multi", "show", "w1", "-b:w1", url)
+    assert same[0] == 0 and shlex.split(same[1]).count("-b") == 1
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (["-b", "sqlite:///a.db"], ["-b", "sqlite:///b.db"]),
+        (["--broker=sqlite:///a.db"], ["--broker", "sqlite:///b.db"]),
+        (["--result-backend", "sqlite:///a.db"], ["--result-backend", "sqlite:///b.db"]),
+        (["--config", "one"], ["--config", "two"]),
+        (["--workdir", "/"], ["--workdir", "/tmp"]),
+    ],
+)
+@pytest.mark.parametrize("command", ["worker", "beat"])
+def test_a_global_option_before_and_after_with_different_values(
+    command: str, before: list[str], after: list[str]
+) -> None:
+    code, out = run("-A", "proj", *before, command, *after)
+    assert code == 2, out
+    assert "given twice with different values" in out and "before the command" in out
+
+
+def test_the_same_value_before_and_after_is_accepted() -> None:
+    code, out = run("-b", "sqlite:///a.db", "worker", "-b", "sqlite:///a.db", "-w", "no_such_xyz")
+    assert code == 2 and "no_such_xyz" in out and "twice" not in out
+
+
+def test_a_password_is_masked_in_the_different_values_error() -> None:
+    code, out = run("-b", "redis://u:secret@h:6379/0", "worker", "-b", "sqlite:///b.db")
+    assert code == 2 and "redis://u:***@h:6379/0" in out and "secret" not in out
+
+
+def test_multi_node_with_another_value_is_a_usage_error() -> None:
+    code, out = run("-b", "sqlite:///a.db", "multi", "show", "w1", "w2", "-b:w2", "sqlite:///b.db")
+    assert code == 2
+    assert "-b/--broker given twice with different values: 'sqlite:///a.db' before `multi`" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "command"),
+    [
+        (["-b", "sqlite:///a.db"], ["runs", "list"]),
+        (["--result-backend", "sqlite:///a.db"], ["schedules", "list"]),
+        (["--config", "settings"], ["init"]),
+        (["--workdir", "/tmp"], ["runs", "list"]),
+        (["--loader", "x"], ["runs", "list"]),
+        (["-q"], ["runs", "list"]),
+        (["-C"], ["db", "check"]),
+    ],
+)
+def test_a_global_option_before_a_command_that_takes_no_app(
+    option: list[str], command: list[str]
+) -> None:
+    code, out = run(*option, *command)
+    assert code == 2, out
+    assert f"before `pyrula {command[0]}`: only `pyrula worker`, `pyrula beat`" in out
+
+
+def test_store_options_before_the_client_commands_are_refused() -> None:
+    """purge, call, ... take no -b after the command either: --store names their store."""
+    code, out = run("-A", "proj", "-b", "sqlite:///a.db", "purge", "-f")
+    assert code == 2
+    assert "-b/--broker before `pyrula purge`: only `pyrula worker`, `pyrula beat`, " in out
+    assert "--store URL" in out
+
+
+def test_no_effect_options_before_a_client_command_are_accepted() -> None:
+    code, out = run("-q", "-C", "--loader", "x", "-A", "no_such_celery_project_xyz", "status")
+    assert code == 2 and "cannot load the app" in out  # got past the options to -A
+    assert "note: --loader accepted, no effect." in out
+
+
+def test_group_help_lists_the_global_options() -> None:
+    code, out = run("-b", "sqlite:///a.db", "--help")
+    assert code == 0
+    for shown in ("-A, --app APP", "-b, --broker URL", "--result-backend URL",
+                  "--config MODULE", "--workdir DIR", "--loader LOADER", "-q, --quiet",
+                  "-C, --no-color"):  # fmt: skip
+        assert shown in out, shown

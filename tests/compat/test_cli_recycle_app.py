@@ -23,6 +23,17 @@ from tests.integration.test_cli_recycle import alive, children_of, pid_of
 pytestmark = pytest.mark.slow
 
 
+def kill_everything(workers: Any, seen: set[int]) -> None:
+    """SIGKILL every process the test started (supervisors by PID, then every worker child
+    seen or still attached to one)."""
+    for worker in workers.started:
+        seen |= children_of(worker.proc.pid)
+    workers.kill_all()
+    for pid in seen:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def task_runs(db: Path) -> list[RunRecord]:
     async def main() -> list[RunRecord]:
         store = SqliteStore(db)
@@ -61,12 +72,7 @@ def test_the_apps_worker_max_tasks_per_child_recycles_the_worker(
             assert supervisor.proc.wait(30) == 0, supervisor.stderr
             assert [pid for pid in seen if alive(pid)] == []
         finally:
-            for worker in workers.started:
-                seen |= children_of(worker.proc.pid)
-            workers.kill_all()
-            for pid in seen:
-                if alive(pid):
-                    os.kill(pid, signal.SIGKILL)
+            kill_everything(workers, seen)
     # The limit came from the app's settings, found once the supervisor had prepared the
     # app as a worker would: it still sends only the main process's signals.
     assert sent_by(recorded)[supervisor.proc.pid] == SUPERVISOR
@@ -156,12 +162,7 @@ def test_the_supervisor_sends_the_main_process_signals_and_each_child_its_own(
             assert supervisor.proc.wait(30) == 0, supervisor.stderr
             assert [pid for pid in seen if alive(pid)] == []
         finally:
-            for worker in workers.started:
-                seen |= children_of(worker.proc.pid)
-            workers.kill_all()
-            for pid in seen:
-                if alive(pid):
-                    os.kill(pid, signal.SIGKILL)
+            kill_everything(workers, seen)
 
     main = supervisor.proc.pid
     by_pid = sent_by(recorded)

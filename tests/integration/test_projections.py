@@ -57,18 +57,6 @@ def test_a_projection_checks_its_definition() -> None:
         projection(made.name, registry=registry)(other)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def store(clock: FakeClock) -> Store:
-    built = MemoryStore(clock=clock)
-    await built.open()
-    return built
-
-
 async def end(store: Store, clock: FakeClock, workflow: str, run_id: str) -> None:
     client = WorkflowClient(store, require_registered=False)
     await client.submit(workflow, {}, run_id=run_id)

@@ -104,18 +104,6 @@ async def test_sending_checks_every_event_before_storing_any() -> None:
 
 
 # -- the firer -----------------------------------------------------------------------------
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def store(clock: FakeClock) -> Store:
-    built = MemoryStore(clock=clock)
-    await built.open()
-    return built
-
-
 async def send(store: Store, trigger: str, values: list[Any]) -> list[int]:
     client = WorkflowClient(store, require_registered=False)
     return await client.send_events(trigger, values)
@@ -270,7 +258,7 @@ async def test_workers_run_every_event_once_in_batches(
         await asyncio.sleep(0.2)
 
 
-async def test_a_worker_fires_only_the_triggers_of_its_workflows(
+async def test_a_worker_takes_the_triggers_given_and_refuses_anything_else(
     engine_store: Store, registry: Registry
 ) -> None:
     collect = collector(registry)

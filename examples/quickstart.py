@@ -54,45 +54,47 @@ async def onboard_user(ctx: WorkflowContext, user_id: int) -> dict[str, Any]:
 
 def main() -> None:
     # One SQLite file is queue, journal and results. PYRULA_STORE_URL, if set, wins.
-    directory = tempfile.mkdtemp()  # deleted at the end
-    store = open_store(default=f"sqlite:///{directory}/quickstart.db")
-    client = WorkflowClient(store)  # blocking; one per process, shared between threads
-
-    worker = WorkflowWorker(
-        store=store,
-        workflows=[onboard_user],
-        options=WorkerOptions(claim_poll_interval=0.05, timer_poll_interval_s=0.1),
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
-    thread.start()
-
+    directory = tempfile.mkdtemp()  # deleted at the end, whatever happens
     try:
-        run = client.submit("onboard_user", {"user_id": 42})
-        result = run.result(timeout=30)
-        print("result:", result)
-        assert result == {"user_id": 42, "email": {"to": "user42@example.com", "attempts": 2}}
-        assert run.status() is RunStatus.COMPLETED
+        store = open_store(default=f"sqlite:///{directory}/quickstart.db")
+        client = WorkflowClient(store)  # blocking; one per process, shared between threads
 
-        first = client.submit("onboard_user", {"user_id": 7}, idempotency_key="onboard:7")
-        again = client.submit("onboard_user", {"user_id": 7}, idempotency_key="onboard:7")
-        assert again.run_id == first.run_id  # a repeated key returns the first run
+        worker = WorkflowWorker(
+            store=store,
+            workflows=[onboard_user],
+            options=WorkerOptions(claim_poll_interval=0.05, timer_poll_interval_s=0.1),
+        )
+        thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
+        thread.start()
 
-        later = client.submit("onboard_user", {"user_id": 8}, delay=timedelta(seconds=1))
-        assert later.status() is RunStatus.QUEUED  # not claimable for a second
-        print("delayed result:", later.result(timeout=30))
-
-        bad = client.submit("onboard_user", {"user_id": -1})
         try:
-            bad.result(timeout=30)
-            raise AssertionError("the run should have failed")
-        except DurableInvocationError as exc:
-            print("failed run:", exc.error_type, "-", exc.error_message)
-            assert isinstance(exc.original, Poison)
-        assert bad.status() is RunStatus.FAILED
+            run = client.submit("onboard_user", {"user_id": 42})
+            result = run.result(timeout=30)
+            print("result:", result)
+            assert result == {"user_id": 42, "email": {"to": "user42@example.com", "attempts": 2}}
+            assert run.status() is RunStatus.COMPLETED
+
+            first = client.submit("onboard_user", {"user_id": 7}, idempotency_key="onboard:7")
+            again = client.submit("onboard_user", {"user_id": 7}, idempotency_key="onboard:7")
+            assert again.run_id == first.run_id  # a repeated key returns the first run
+
+            later = client.submit("onboard_user", {"user_id": 8}, delay=timedelta(seconds=1))
+            assert later.status() is RunStatus.QUEUED  # not claimable for a second
+            print("delayed result:", later.result(timeout=30))
+
+            bad = client.submit("onboard_user", {"user_id": -1})
+            try:
+                bad.result(timeout=30)
+                raise AssertionError("the run should have failed")
+            except DurableInvocationError as exc:
+                print("failed run:", exc.error_type, "-", exc.error_message)
+                assert isinstance(exc.original, Poison)
+            assert bad.status() is RunStatus.FAILED
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+            client.close()
     finally:
-        worker.stop()
-        thread.join(timeout=30)
-        client.close()
         shutil.rmtree(directory, ignore_errors=True)
 
 

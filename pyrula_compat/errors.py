@@ -15,17 +15,19 @@ import threading
 import traceback
 from typing import Any
 
-from pyrula.workflows.serialization import ErrorInfo
+from pyrula.workflows.serialization import ErrorInfo, StoredTraceback
 
 _stand_ins: dict[tuple[str, str], type[Exception]] = {}
 _lock = threading.Lock()
 
 
-class RemoteTraceback(Exception):
-    """Carries the traceback text of the attempt that failed (as ``__cause__``)."""
+class RemoteTraceback(StoredTraceback):
+    """Carries the traceback text of the attempt that failed (as ``__cause__``); the
+    engine records that text, not the re-raise's, as Celery gives a failed chain's later
+    tasks the failed task's traceback."""
 
     def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+        return str(self.args[0]).rstrip("\n") if self.args else ""
 
 
 def _stand_in(module: str, qualname: str) -> type[Exception]:
@@ -75,7 +77,7 @@ def from_json(text: str) -> tuple[BaseException, str]:
 def with_remote_traceback(exc: BaseException, tb_text: str) -> BaseException:
     """``exc`` chained to its original traceback text, so a re-record keeps it."""
     if tb_text:
-        exc.__cause__ = RemoteTraceback(tb_text.rstrip("\n"))
+        exc.__cause__ = RemoteTraceback(tb_text)
     return exc
 
 

@@ -161,6 +161,14 @@ def _text(exc: BaseException) -> str | None:
         return None
 
 
+class StoredTraceback(Exception):
+    """The cause of an exception raised again from a stored failure: its one argument is
+    the traceback text of the attempt that failed. :meth:`ErrorInfo.from_exception`
+    records that text instead of the re-raise's own traceback, so a failure passed
+    along (a chain's later task, a parent re-raising a child's error) keeps the
+    traceback of where it happened."""
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     """An exception in stored form: class location, message, traceback text and, when
@@ -182,7 +190,11 @@ class ErrorInfo:
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        cause = exc.__cause__
+        if isinstance(cause, StoredTraceback) and cause.args:
+            tb = str(cause.args[0])  # the failure's own traceback (see StoredTraceback)
+        else:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(
             type_module=type(exc).__module__,
             type_name=type(exc).__qualname__,

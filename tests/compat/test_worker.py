@@ -188,6 +188,9 @@ def test_chain_failure_stops_it_and_get_raises_the_original(served: Served) -> N
         result.get(timeout=T)
     assert result.state == states.FAILURE  # the rest is marked failed, never run
     assert lines(path) == []
+    # ... with the failed task's traceback, as Celery marks them (not the re-raise's)
+    assert "raise ProjError(message)" in (result.traceback or "")
+    assert result.traceback == result.parent.traceback
     assert result.parent.parent.get(timeout=T) == 2
 
 

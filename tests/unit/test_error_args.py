@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pyrula.workflows.serialization import MAX_ERROR_ARGS_BYTES, ErrorInfo
+from pyrula.workflows.serialization import MAX_ERROR_ARGS_BYTES, ErrorInfo, StoredTraceback
 
 
 class MultiArgError(Exception):
@@ -230,3 +230,18 @@ def test_error_info_with_args_stays_hashable_and_equal_after_a_round_trip() -> N
     again = ErrorInfo.from_json(info.to_json())
     assert again == info
     assert hash(again) == hash(info)
+
+
+def test_an_error_raised_again_from_a_stored_failure_keeps_that_failures_traceback() -> None:
+    original = "Traceback (most recent call last):\n  File 'x.py', line 1\nValueError: no\n"
+    try:
+        raise ValueError("no") from StoredTraceback(original)
+    except ValueError as exc:
+        info = ErrorInfo.from_exception(exc)
+    assert info.traceback == original
+    assert info.message == "no"
+    try:
+        raise ValueError("no") from KeyError("other cause")
+    except ValueError as exc:
+        chained = ErrorInfo.from_exception(exc).traceback
+    assert "KeyError" in chained and "direct cause" in chained  # other causes stay

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pyrula_compat.worker")
 
+WARM_EXIT_CODES = {"SIGTERM": 0, "SIGINT": 1}
+"""The ``exitcode`` of ``worker_shutting_down`` for a warm stop by each signal, as
+Celery's handlers send it (``EX_OK``; ``EX_FAILURE`` for Ctrl-C)."""
+
 
 def setup_django() -> bool:
     """``django.setup()`` and the system checks, as Celery's Django fix-up does."""
@@ -170,16 +174,24 @@ class AppWorker:
         supervisor once its first worker child serves."""
         signals.worker_ready.send(sender=self)
 
-    def on_stop(self) -> None:
+    def on_stop(self, sig: str | None = None) -> None:
         """The process stops: the main process's shutdown signals (not in a
         ``pool_child``) around ``worker_process_shutdown`` (only where
-        :meth:`on_start` ran: not in a supervisor)."""
+        :meth:`on_start` ran: not in a supervisor).
+
+        ``sig`` is the name of the signal that stopped the worker (``"SIGTERM"``,
+        ``"SIGINT"``), sent as ``worker_shutting_down``'s ``sig`` with ``how="Warm"`` and
+        the ``exitcode`` Celery's handler for it gives (0 for SIGTERM, 1 for SIGINT; the
+        pyrula process itself exits 0 after either). ``"SIGTERM"`` only when the stop
+        did not come from a signal (None: the worker failed, or a supervisor's first
+        child could not start). A second signal exits at once, sending none of these."""
         if worker_signals.consumer is self:
             worker_signals.consumer = None
         main = not self.pool_child
         if main:
+            sig = sig or "SIGTERM"
             signals.worker_shutting_down.send(
-                sender=self.hostname, sig="SIGTERM", how="warm", exitcode=0
+                sender=self.hostname, sig=sig, how="Warm", exitcode=WARM_EXIT_CODES.get(sig, 0)
             )
         if self.process_started:
             self.process_started = False
@@ -247,7 +259,7 @@ class BeatService(AppWorker):
         log.info("beat: Starting...")
         signals.beat_init.send(sender=self)
 
-    def on_stop(self) -> None:
+    def on_stop(self, sig: str | None = None) -> None:
         log.info("beat: Shutting down...")
 
     def stop(self, wait: bool = False) -> None:

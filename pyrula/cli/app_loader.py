@@ -26,6 +26,7 @@ import click
 from pyrula.cli.daemon import node_name
 from pyrula.cli.logging_setup import configure_logging
 from pyrula.cli.render import CliUsageError, mask_url
+from pyrula.cli.supervisor import stop_signal
 
 log = logging.getLogger("pyrula.cli.worker")
 
@@ -109,13 +110,14 @@ GLOBAL_OPTIONS: tuple[GlobalOption, ...] = (
     GlobalOption(("-A", "--app"), "celery_app", metavar="APP", declared=True,
                  help="A Celery app, as `celery -A proj worker` takes it: `pyrula -A proj "
                  "worker` is `pyrula worker -A proj`."),
-    GlobalOption(("-b", "--broker"), "celery_broker", metavar="URL", commands=SERVING_COMMANDS,
+    GlobalOption(("-b", "--broker"), "celery_broker", metavar="URL",
                  help="Celery's broker URL: the store worker, beat and multi's workers "
-                 "serve (as `pyrula worker -b URL`)."),
+                 "serve (as `pyrula worker -b URL`), and the store status, inspect, purge, "
+                 "call, result and control use (as their --store URL), mapped to a store "
+                 "as the app maps its broker URL."),
     GlobalOption(("--result-backend",), "celery_result_backend", metavar="URL",
-                 commands=SERVING_COMMANDS,
-                 help="Celery's result backend, checked as the app's result_backend is "
-                 "(worker, beat, multi)."),
+                 help="Celery's result backend, checked as the app's result_backend is: "
+                 "it must name the store's server (results live with the runs)."),
     GlobalOption(("--config",), "celery_config", metavar="MODULE", commands=SERVING_COMMANDS,
                  help="A settings module for the app, as `celery --config` loads it "
                  "(worker, beat, multi)."),
@@ -134,7 +136,10 @@ GLOBAL_OPTIONS: tuple[GlobalOption, ...] = (
 )  # fmt: skip
 """Celery's global options: the one list of them. ``pyrula`` takes each before the
 subcommands of its ``commands`` (main.py adds them to the group); worker and beat take
-them after the subcommand too."""
+them after the subcommand too. Before the app commands that serve nothing (status,
+inspect, purge, call, result, control), ``-b/--broker URL`` is their ``--store URL``,
+mapped as the app maps a broker URL, and ``--result-backend`` must name that store's
+server (:func:`pyrula.cli.celery_commands.client_store`)."""
 
 CELERY_GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = tuple(
     (option.names, option.dest, option.is_flag, option.note)
@@ -223,10 +228,25 @@ def _not_taken(option: GlobalOption, value: Any, command: str) -> str:
     takers = ", ".join(f"`pyrula {name}`" for name in option.commands)
     if option.dest == "celery_app":
         return f"-A/--app {value}: `pyrula {command}` takes no app; only {takers} take one"
-    text = f"{option.label} before `pyrula {command}`: only {takers} take it"
-    if option.dest == "celery_broker" and command in APP_COMMANDS:
-        text += f" (`pyrula {command}` takes the store as --store URL)"
-    return text
+    return f"{option.label} before `pyrula {command}`: only {takers} take it"
+
+
+def as_store_url(flag: str, broker: str, backend: str | None) -> str:
+    """Celery's broker URL as a store URL: ``pyrula_compat.store.store_url(broker,
+    backend)`` (``sqla+sqlite://`` is ``sqlite://``, ...); its refusal (``amqp://``, a
+    backend on another server) a usage error naming ``flag`` (passwords masked)."""
+    from pyrula_compat import store
+    from pyrula_compat.exceptions import ImproperlyConfigured
+
+    try:
+        return store.store_url(broker, backend) or broker
+    except ImproperlyConfigured as exc:
+        text = str(exc)
+        for url in (broker, backend, store.normalize(broker)):
+            if url:
+                text = text.replace(url, mask_url(url))
+        given = backend if flag == "--result-backend" and backend else broker
+        raise CliUsageError(f"{flag} {mask_url(given)}: {text}") from None
 
 
 def group_values(ctx: click.Context | None) -> list[tuple[GlobalOption, Any]]:
@@ -362,7 +382,9 @@ class LoadedApp:
         self.setup.ready()
 
     def on_stop(self) -> None:
-        self.setup.on_stop()
+        """The worker stopped: the app's shutdown hooks, given the name of the signal
+        that stopped it (None when none did; :func:`~pyrula.cli.supervisor.stop_signal`)."""
+        self.setup.on_stop(stop_signal())
 
 
 def import_app(spec: str) -> Any:

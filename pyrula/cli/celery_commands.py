@@ -4,7 +4,8 @@
 
 Each takes a Celery app built with ``pyrula_compat`` (``-A proj``, before or after the
 command, as ``celery -A proj purge`` takes it) and works on the store the app's worker
-serves: its broker URL, unless ``--store`` is given on the command line. The app is
+serves: its broker URL, unless ``--store URL`` is given on the command line, or Celery's
+``-b URL`` before the command (:func:`client_store`). The app is
 loaded as a client loads it: its task modules (``include``, ``imports``,
 ``autodiscover_tasks``) are imported, and no worker signal is sent.
 
@@ -118,7 +119,8 @@ def app_options(command: F) -> F:
         metavar="APP",
         default=None,
         help="The Celery app (pyrula_compat), found as `celery -A` finds it. Its store is "
-        "the one `pyrula -A APP worker` serves: its broker URL unless --store is given.",
+        "the one `pyrula -A APP worker` serves: its broker URL unless --store (or -b "
+        "before the command) is given.",
     )(command)
 
 
@@ -128,7 +130,7 @@ def load_app(celery_app: str | None, store_url: str | None, command: str) -> tup
     this process then uses too."""
     from pyrula_compat import signals
     from pyrula_compat.exceptions import ImproperlyConfigured
-    from pyrula_compat.worker import AppWorker, setup_django
+    from pyrula_compat.worker import setup_django
 
     spec = app_loader.app_spec({"celery_app": celery_app})
     if spec is None:
@@ -143,13 +145,54 @@ def load_app(celery_app: str | None, store_url: str | None, command: str) -> tup
         signals.import_modules.send(sender=app)
         app.finalize()
         app.on_after_configure.send(sender=app, source=app.conf)
-        own = app.store_url()
     except ImproperlyConfigured as exc:
         raise CliUsageError(f"-A {spec}: {exc}") from None
     except ImportError as exc:
         raise CliUsageError(f"-A {spec}: cannot import a task module: {exc}") from None
-    loaded = app_loader.LoadedApp(app=app, setup=AppWorker(app), store_url=own)
-    return app, loaded.serve_store(store_url, explicit=given_on_command_line("store_url"))
+    return app, client_store(store_url, app, spec)
+
+
+def client_store(store_url: str | None, app: Any = None, spec: str | None = None) -> str | None:
+    """The store an app command that serves nothing (status, inspect, purge, call,
+    result, control) works on; None: pyrula's default.
+
+    ``--store URL``, or Celery's ``-b/--broker URL`` given before the command (``pyrula
+    -b redis://h:6379/0 status``), mapped to a store as the app maps its broker URL
+    (``sqla+sqlite://`` is ``sqlite://``, ``amqp://`` a usage error: the one mapping,
+    :func:`pyrula_compat.store.store_url`); the two naming different stores is a usage
+    error. With ``app`` (``-A spec``), either wins over the app's own store and the app
+    in this process uses it too; without them, the app's own store, as ``pyrula -A APP
+    worker`` serves it (:meth:`~pyrula.cli.app_loader.LoadedApp.serve_store`). A
+    ``--result-backend URL`` before the command must name the server of the store used,
+    as the app's ``result_backend`` must name its broker's."""
+    from pyrula_compat.exceptions import ImproperlyConfigured
+    from pyrula_compat.worker import AppWorker
+
+    url, explicit = store_url, bool(store_url) and given_on_command_line("store_url")
+    ctx = click.get_current_context(silent=True)
+    given = {option.dest: str(value) for option, value in app_loader.group_values(ctx)}
+    broker, backend = given.get("celery_broker"), given.get("celery_result_backend")
+    if broker:
+        mapped = app_loader.as_store_url("-b/--broker", broker, None)
+        if explicit and url != mapped:
+            raise CliUsageError(
+                f"-b/--broker {mask_url(broker)!r} before the command and --store "
+                f"{mask_url(str(url))!r} after it name different stores: give one of them"
+            )
+        url, explicit = mapped, True
+    if app is not None:
+        if url and explicit:  # the app's own broker URL need not be one pyrula takes
+            own = None
+        else:
+            try:
+                own = app.store_url()
+            except ImproperlyConfigured as exc:
+                raise CliUsageError(f"-A {spec}: {exc}") from None
+        loaded = app_loader.LoadedApp(app=app, setup=AppWorker(app), store_url=own)
+        url = loaded.serve_store(url, explicit=explicit)
+    if backend:
+        app_loader.as_store_url("--result-backend", url or DEFAULT_STORE_URL, backend)
+    return url
 
 
 def note(text: str) -> None:
@@ -221,7 +264,7 @@ def purge_command(
     elif workflows:
         if wanted or excluded:
             raise CliUsageError("-Q/-X pick a Celery app's tasks by queue: give -A APP")
-        url, targets = store_url, list(dict.fromkeys(workflows))
+        url, targets = client_store(store_url), list(dict.fromkeys(workflows))
         what = f"the runs of {', '.join(targets)}"
     else:
         raise CliUsageError("give -A APP (a Celery app's tasks) or --workflow NAME (repeatable)")

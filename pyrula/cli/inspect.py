@@ -5,7 +5,9 @@ when at least one live worker matches, 69 (``EX_UNAVAILABLE``) with ``Error: No 
 replied within time constraint`` when none does. There is no broadcast to wait for: the
 answer is one read of the store (:mod:`pyrula.workflows.inspection`), where workers
 heartbeat; a worker whose heartbeat is older than ``--stale-after`` does not count.
-With ``-A APP`` the store is the app's, as ``pyrula -A APP worker`` serves it.
+With ``-A APP`` the store is the app's, as ``pyrula -A APP worker`` serves it, unless
+``--store URL`` or Celery's ``-b URL`` before the command (``pyrula -b URL status``) names
+one.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli import app_loader
-from pyrula.cli.render import CliUsageError
+from pyrula.cli.celery_commands import client_store
 from pyrula.cli.runs import store_option, with_store
-from pyrula.cli.worker import given_on_command_line
 from pyrula.workflows.inspection import (
     COMMANDS,
     STORE_NODE,
@@ -69,7 +70,8 @@ def remote_control_options(command: F) -> F:
                 metavar="APP",
                 default=None,
                 help="A Celery app (pyrula_compat): read its store, as `pyrula -A APP worker` "
-                "serves it (its broker URL unless --store is given).",
+                "serves it (its broker URL unless --store, or -b before the command, is "
+                "given).",
             ),
             click.option(
                 "-d",
@@ -106,20 +108,13 @@ def remote_control_options(command: F) -> F:
 
 
 def _app_store(store_url: str | None, spec: str) -> tuple[str | None, Arguments]:
-    """The store ``pyrula -A spec worker`` would serve, and how the app's tasks'
-    arguments decode."""
+    """The store ``pyrula -A spec worker`` would serve (unless ``--store`` or ``-b``
+    names one: :func:`~pyrula.cli.celery_commands.client_store`), and how the app's
+    tasks' arguments decode."""
     from pyrula_compat.app.inspect import task_arguments
-    from pyrula_compat.exceptions import ImproperlyConfigured
-    from pyrula_compat.worker import AppWorker
 
     app = app_loader.import_app(spec)
-    try:
-        own = app.store_url()
-    except ImproperlyConfigured as exc:
-        raise CliUsageError(f"-A {spec}: {exc}") from None
-    loaded = app_loader.LoadedApp(app=app, setup=AppWorker(app), store_url=own)
-    url = loaded.serve_store(store_url, explicit=given_on_command_line("store_url"))
-    return url, task_arguments
+    return client_store(store_url, app, spec), task_arguments
 
 
 def ask(
@@ -131,11 +126,12 @@ def ask(
     args: tuple[str, ...] = (),
 ) -> Answer:
     """Answer ``command`` from the store (exit 69 when no live worker matches)."""
-    url: str | None = store_url
     arguments: Arguments = workflow_arguments
     spec = app_loader.app_spec({"celery_app": celery_app})
     if spec is not None:
         url, arguments = _app_store(store_url, spec)
+    else:
+        url = client_store(store_url)
     inspector = Inspector(destination, stale_after, arguments)
     answer = with_store(url, lambda store: inspector.inspect(store, command, args))
     if not answer.nodes:

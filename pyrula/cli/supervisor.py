@@ -31,6 +31,22 @@ STABLE_AFTER = 10.0
 POLL = 1.0
 """Longest the supervisor sleeps between two looks at its children."""
 
+_stop_signal: str | None = None
+
+
+def record_stop_signal(signum: int | None) -> None:
+    """Record the first stop signal (SIGTERM, SIGINT) of this process's serving, where
+    it is handled: :meth:`Supervisor.on_signals` and ``serve_worker``'s handler
+    (:mod:`pyrula.cli.worker`). None forgets it (a worker about to serve)."""
+    global _stop_signal
+    _stop_signal = None if signum is None else signal.Signals(signum).name
+
+
+def stop_signal() -> str | None:
+    """The name of the signal that stopped this process's worker (``"SIGINT"``), None if
+    none did: with ``-A``, the ``sig`` of Celery's ``worker_shutting_down``."""
+    return _stop_signal
+
 
 @dataclass
 class Child:
@@ -151,6 +167,7 @@ class Supervisor:
             now = time.monotonic()
             if self.first_signal is None:
                 self.first_signal = now
+                record_stop_signal(signum)
                 log.info("received %s: stopping the worker processes (send it again to "
                          "exit at once)", name)  # fmt: skip
                 self.stopping, self.restart_at = True, None

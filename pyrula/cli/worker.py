@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pyrula.cli import app_loader, recycle
+from pyrula.cli import app_loader, recycle, supervisor
 from pyrula.cli.daemon import Daemon, daemon_options, node_name
 from pyrula.cli.logging_setup import configure_logging, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
@@ -289,6 +289,7 @@ def worker_command(
             purge_targets(loaded.app, set(), set()) if loaded is not None else names
         )
     start: Callable[[Any], Awaitable[None]] | None = loaded.on_start if loaded else None
+    supervisor.record_stop_signal(None)  # set by the stop signal, read by loaded.on_stop
     if child is not None:  # counts runs against the limits, reports to the supervisor
         start = child.attach(worker, limits, start)
     try:
@@ -318,11 +319,12 @@ def purge_before_serving(names: list[str]) -> Callable[[Any], Awaitable[None]]:
 
 
 def broker_as_store(store_url: str | None, values: Mapping[str, Any]) -> str | None:
-    """Without an app, Celery's ``-b/--broker URL`` names the store; ``--store`` on the
+    """Without an app, Celery's ``-b/--broker URL`` names the store, mapped as an app maps
+    its broker URL (:func:`~pyrula.cli.app_loader.as_store_url`); ``--store`` on the
     command line wins over it."""
     broker = values.get("celery_broker")
     if broker and (store_url is None or not given_on_command_line("store_url")):
-        return str(broker)
+        return app_loader.as_store_url("-b/--broker", str(broker), None)
     return store_url
 
 
@@ -355,6 +357,8 @@ async def serve_worker(
             log.debug("ignoring %s repeated within %.1fs", name, REPEAT_SIGNAL_WINDOW)
             return
         received.append(time.monotonic())
+        if len(received) == 1:
+            supervisor.record_stop_signal(signum)  # Celery's worker_shutting_down sig
         if len(received) == 1 and schedules_only:
             log.info("received %s: stopping (send it again to exit at once)", name)
             worker.stop()

@@ -4,10 +4,12 @@ imports more task modules, ``--result-backend`` is checked like the setting, and
 ``-n`` names the node in ``--logfile``/``--pidfile`` (real worker processes on SQLite,
 stopped by PID). The same options before the subcommand, as ``celery -A proj -b URL
 worker`` gives them, mean the same (a real worker, a real ``multi`` cluster, and
-CliRunner parse checks)."""
+CliRunner parse checks); before status, inspect, purge, call, result and control,
+``-b`` is their store and ``--result-backend`` is checked against it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import socket
@@ -27,7 +29,9 @@ from tests.compat.conftest import (
     Workers,
     proj_workers,
     pyrula_command,
+    wait_until,
 )
+from tests.compat.test_cli_inspect import run_cli
 from tests.integration.test_cli_multi import Cluster
 
 pytestmark = pytest.mark.slow
@@ -197,6 +201,11 @@ def test_the_same_value_before_and_after_is_accepted() -> None:
     assert code == 2 and "no_such_xyz" in out and "twice" not in out
 
 
+def test_an_amqp_broker_for_a_worker_without_an_app_is_a_usage_error() -> None:
+    code, out = run("worker", "-b", "amqp://guest:secret@localhost//", "-w", "no_such_xyz")
+    assert code == 2 and "amqp://guest:***@localhost//" in out and "secret" not in out
+
+
 def test_a_password_is_masked_in_the_different_values_error() -> None:
     code, out = run("-b", "redis://u:secret@h:6379/0", "worker", "-b", "sqlite:///b.db")
     assert code == 2 and "redis://u:***@h:6379/0" in out and "secret" not in out
@@ -228,12 +237,72 @@ def test_a_global_option_before_a_command_that_takes_no_app(
     assert f"before `pyrula {command[0]}`: only `pyrula worker`, `pyrula beat`" in out
 
 
-def test_store_options_before_the_client_commands_are_refused() -> None:
-    """purge, call, ... take no -b after the command either: --store names their store."""
-    code, out = run("-A", "proj", "-b", "sqlite:///a.db", "purge", "-f")
-    assert code == 2
-    assert "-b/--broker before `pyrula purge`: only `pyrula worker`, `pyrula beat`, " in out
-    assert "--store URL" in out
+def test_broker_before_the_client_commands_names_their_store(tmp_path: Path, proj_app: Any) -> None:
+    """``pyrula [-A proj] -b URL status|inspect|call|result|control|purge``: -b is their
+    --store, mapped as the app maps a broker URL (``sqla+sqlite://``), and wins over the
+    app's own broker and PYRULA_STORE_URL (both naming another store here)."""
+    import proj.tasks as t
+
+    url = f"sqlite:///{tmp_path / 'client.db'}"
+    elsewhere = f"sqlite:///{tmp_path / 'not-this-one.db'}"
+    broker = ("-b", f"sqla+{url}")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, broker=elsewhere, env={"PYRULA_STORE_URL": elsewhere})
+
+    with proj_workers(url, tmp_path, proj_app) as workers:
+        worker = workers.start()
+        node = worker.stdout.split()[2]  # pyrula worker <id> (pid ...)
+        status = wait_until(
+            lambda: (done := cli(*broker, "status")).returncode == 0 and done, 20, "status"
+        )
+        assert status.stdout == f"->  {node}: OK\n\n1 node online.\n", status.stdout
+        registered = cli("-A", "proj", *broker, "inspect", "registered", "-j")
+        assert "proj.tasks.add" in json.loads(registered.stdout)[node], registered.stderr
+        sent = cli("-A", "proj", *broker, "call", "proj.tasks.add", "--args", "[1, 2]")
+        assert sent.returncode == 0, sent.stderr
+        result = cli("-A", "proj", *broker, "result", sent.stdout.strip(), "--timeout", "30")
+        assert (result.returncode, result.stdout) == (0, "3\n"), result.stderr
+        revoked, purged = (t.add.apply_async((1, 1), countdown=600) for _ in range(2))
+        control = cli("-A", "proj", *broker, "control", "revoke", revoked.id)
+        assert control.returncode == 0 and revoked.state == "REVOKED", control.stderr
+        purge = cli("-A", "proj", *broker, "purge", "-f")
+        assert purge.stdout == "Purged 1 message from 1 known task queue.\n", purge.stderr
+        assert purged.state == "REVOKED"
+        assert worker.stop() == 0
+    assert not (tmp_path / "not-this-one.db").exists()
+
+
+def test_broker_and_store_naming_different_stores_is_a_usage_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    code, out = run("-b", url, "status", "--store", f"sqlite:///{tmp_path / 'b.db'}")
+    assert code == 2, out
+    assert f"-b/--broker '{url}' before the command and --store " in out
+    assert "name different stores" in out
+    same = run("-b", f"sqla+{url}", "status", "--store", url)  # the same store: no error
+    assert same[0] == 69 and "No nodes replied" in same[1], same[1]
+
+
+def test_a_broker_pyrula_does_not_need_before_a_client_command() -> None:
+    code, out = run("-b", "amqp://guest:secret@rabbit:5672//", "purge", "-f", "--workflow", "x")
+    assert code == 2, out
+    assert out.startswith("Error: -b/--broker amqp://guest:***@rabbit:5672//: ")
+    assert "pyrula needs no separate message broker" in out and "secret" not in out
+
+
+def test_a_result_backend_before_a_client_command_must_name_the_stores_server(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    other = "redis://u:secret@elsewhere.invalid:6379/0"
+    for args in (["-b", url, "--result-backend", other, "inspect", "active"],
+                 ["--result-backend", other, "status", "--store", url]):  # fmt: skip
+        code, out = run(*args)
+        assert code == 2, out
+        assert "Error: --result-backend redis://u:***@elsewhere.invalid:6379/0: " in out
+        assert "names a different server" in out and "secret" not in out
+    code, out = run("-b", url, "--result-backend", f"db+{url}", "status")
+    assert code == 69 and "No nodes replied" in out, out
 
 
 def test_no_effect_options_before_a_client_command_are_accepted() -> None:

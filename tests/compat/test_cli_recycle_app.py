@@ -114,9 +114,20 @@ def sent_by(path: Path) -> dict[int, list[str]]:
     return found
 
 
+def stopped_by(path: Path) -> list[str]:
+    """What each ``worker_shutting_down`` carried: ``sig how exitcode`` (proj_lifecycle)."""
+    return lines(f"{path}.stop")
+
+
+@pytest.mark.parametrize(
+    ("stop", "shutting_down"),
+    [(signal.SIGTERM, "SIGTERM Warm 0"), (signal.SIGINT, "SIGINT Warm 1")],
+)
 def test_one_worker_process_sends_every_worker_signal_once_in_celerys_order(
-    tmp_path: Path, proj_app: Any
+    tmp_path: Path, proj_app: Any, stop: signal.Signals, shutting_down: str
 ) -> None:
+    """... and ``worker_shutting_down`` names the signal that stopped it, with Celery's
+    ``how`` and ``exitcode`` for it (the process itself exits 0)."""
     import proj.tasks as t
 
     recorded = tmp_path / "signals"
@@ -124,8 +135,10 @@ def test_one_worker_process_sends_every_worker_signal_once_in_celerys_order(
     with proj_workers(f"sqlite:///{tmp_path / 'one.db'}", tmp_path, proj_app) as workers:
         worker = workers.start("-E", app="proj_lifecycle", env=env)
         assert t.add.delay(2, 3).get(timeout=30) == 5
-        assert worker.stop() == 0, worker.stderr
+        worker.proc.send_signal(stop)
+        assert worker.proc.wait(30) == 0, worker.stderr
     assert sent_by(recorded) == {worker.proc.pid: ONE_PROCESS}
+    assert stopped_by(recorded) == [shutting_down]
     assert worker.stderr.count(NOTE) == 1, worker.stderr
 
 
@@ -158,7 +171,7 @@ def test_the_supervisor_sends_the_main_process_signals_and_each_child_its_own(
                 "the 4th worker child serving",
             )
             seen |= children_of(supervisor.proc.pid) | set(sent("worker_process_init"))
-            supervisor.proc.send_signal(signal.SIGTERM)
+            supervisor.proc.send_signal(signal.SIGINT)  # Ctrl-C: the supervisor's sig
             assert supervisor.proc.wait(30) == 0, supervisor.stderr
             assert [pid for pid in seen if alive(pid)] == []
         finally:
@@ -167,6 +180,7 @@ def test_the_supervisor_sends_the_main_process_signals_and_each_child_its_own(
     main = supervisor.proc.pid
     by_pid = sent_by(recorded)
     assert by_pid.pop(main) == SUPERVISOR
+    assert stopped_by(recorded) == ["SIGINT Warm 1"]
     assert len(by_pid) == 4 and main not in by_pid
     assert by_pid == {pid: CHILD for pid in by_pid}
     ordered = [line.split()[0] for line in lines(str(recorded))]

@@ -167,13 +167,14 @@ def test_workdir_umask_include_and_broker_without_an_app(
     client: WorkflowClient,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    """``-I`` imports the module and ``-b`` names the store, as they would for an app;
-    ``--workdir`` makes the module importable from elsewhere; ``--umask`` shapes the
-    files the worker creates."""
+    """``-I`` imports the module and ``-b`` names the store, as they would for an app
+    (Celery's ``sqla+sqlite://`` spelling mapped as an app's broker URL is); ``--workdir``
+    makes the module importable from elsewhere; ``--umask`` shapes the files the worker
+    creates."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     worker = workers.start(
-        "-I", MODULE, "-b", workers.url, "--workdir", str(REPO_ROOT), "--umask", "077",
+        "-I", MODULE, "-b", "sqla+" + workers.url, "--workdir", str(REPO_ROOT), "--umask", "077",
         "--logfile", str(tmp_path / "w.log"), *FAST, cwd=elsewhere,
     )  # fmt: skip
     assert client.submit("cli_add", {"a": 5, "b": 5}).result(timeout=30)["sum"] == 10

@@ -39,10 +39,21 @@ def seconds(value: Delay, what: str) -> float:
     return float(result)
 
 
+MAX_IDENTIFIER_LENGTH = 1000
+"""The longest run id, idempotency key, owner or signal name, in characters (Temporal's
+limit on a workflow id): each is part of store keys and index entries."""
+
+
 def storable_text(value: str, what: str) -> None:
     """Raise InvalidParams unless ``value`` can be an identifier in every store: valid
     UTF-8 text (no lone surrogate) without a NUL character (which Postgres text, and so
-    the archive, cannot hold)."""
+    the archive, cannot hold), at most :data:`MAX_IDENTIFIER_LENGTH` characters."""
+    if len(value) > MAX_IDENTIFIER_LENGTH:
+        raise InvalidParams(
+            f"{what} is {len(value):,} characters long ({value[:40]!r}...); at most "
+            f"{MAX_IDENTIFIER_LENGTH:,} are allowed (it is part of store keys and indexes): "
+            "keep long data in params"
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -41,7 +41,7 @@ ODD = [
     NFC,
     NFD,
     ": { } * ? [ ] \n '",
-    "x" * 1001,
+    "x" * 990,  # long, within the 1,000-character limit once prefixed
     "a*",
     "*",
     "{x}",
@@ -109,7 +109,7 @@ async def test_odd_ids_keys_and_owners_round_trip_exactly(any_store: Store) -> N
     assert await any_store.get_run("a*") is not None and await any_store.get_run("*") is None
 
 
-UNSTORABLE = {"lone-surrogate": "bad\ud800", "nul": "a\x00b"}
+UNSTORABLE = {"lone-surrogate": "bad\ud800", "nul": "a\x00b", "too-long": "k" * 1001}
 
 
 @pytest.mark.parametrize("kind", sorted(UNSTORABLE))
@@ -122,6 +122,17 @@ async def test_an_unstorable_identifier_is_refused_at_submit_and_stores_nothing(
     with pytest.raises(InvalidParams, match=field):
         await client.submit("odd.echo", {"n": 1}, **kwargs)
     assert await any_store.list_runs() == []
+
+
+async def test_an_identifier_of_the_longest_length_allowed_is_stored(any_store: Store) -> None:
+    client = InlineWorkflowRunner(any_store, registry=registry).client
+    longest = "é" * 1000  # characters, not bytes: 2,000 bytes of UTF-8
+    handle = await client.submit(
+        "odd.echo", {"n": 1}, run_id=longest, idempotency_key=longest, owner=longest
+    )
+    assert handle.run_id == longest
+    record = await any_store.get_run(longest)
+    assert record is not None and record.owner == longest
 
 
 async def test_hostile_data_never_changes_the_lua_library(valkey_server: ValkeyProcess) -> None:

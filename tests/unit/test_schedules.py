@@ -108,6 +108,19 @@ def test_a_cron_due_on_time_fires_its_own_slot() -> None:
     assert hourly.slots_due(start, start + 5) == (start, start + 3600)
 
 
+def test_day_of_month_and_day_of_week_match_either_as_cron_does_or_both_with_day_and() -> None:
+    """cron: with both day fields restricted a day matches if EITHER does; ``day_and``
+    (``&mon``, Celery's crontab semantics) requires both."""
+    start = datetime(2026, 6, 1, 0, 0, tzinfo=NY)  # a Monday
+    end = datetime(2026, 6, 30, 23, 59, tzinfo=NY)
+    either = Schedule.create("tick", "0 9 1-7 * mon", timezone="America/New_York")
+    days = [m.day for m in slots(either, start - timedelta(minutes=1), end)]
+    assert days == [1, 2, 3, 4, 5, 6, 7, 8, 15, 22, 29]  # the first week, and every Monday
+    both = Schedule.create("tick", "0 9 1-7 * mon", timezone="America/New_York", day_and=True)
+    assert [m.day for m in slots(both, start - timedelta(minutes=1), end)] == [1]
+    assert Schedule.create("tick", "0 9 1-7 * &mon", timezone="America/New_York") == both
+
+
 def test_first_slot_of_a_stored_schedule_is_after_now() -> None:
     every = Schedule.create("tick", every=timedelta(seconds=30), schedule_id="t")
     record = every.to_record(1_000.0)

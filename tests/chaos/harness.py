@@ -232,14 +232,24 @@ class Supervisor:
     """Keeps ``count`` workers alive; a dead one is recorded as a fault and replaced.
 
     Each spawn gets ``PYRULA_FAULT_SEED = seed * 1000 + spawn number`` so a restarted
-    worker does not replay its predecessor's dice.
+    worker does not replay its predecessor's dice. With ``restart=False`` a dead worker
+    is still recorded, but leaves ``slots`` instead of being replaced (the survivors
+    must cope).
     """
 
     def __init__(
-        self, cluster: Cluster, count: int, *, faultpoints: str, seed: int, **options: float
+        self,
+        cluster: Cluster,
+        count: int,
+        *,
+        faultpoints: str,
+        seed: int,
+        restart: bool = True,
+        **options: float,
     ) -> None:
         self.cluster = cluster
         self.count = count
+        self.restart = restart
         self.faultpoints = faultpoints
         self.seed = seed
         self.options = options
@@ -264,7 +274,7 @@ class Supervisor:
 
     async def _watch(self) -> None:
         while True:
-            for index, worker in enumerate(self.slots):
+            for index, worker in enumerate(list(self.slots)):
                 code = worker.proc.poll()
                 if code is None:
                     continue
@@ -274,7 +284,10 @@ class Supervisor:
                     self.faults.append(FaultWindow("kill", worker.pid, worker.started, ended))
                 else:
                     self.unexpected_exits.append(f"{worker.worker_id} exited with {code}")
-                self.slots[index] = self._spawn(index)
+                if self.restart:
+                    self.slots[index] = self._spawn(index)
+                else:
+                    self.slots.remove(worker)
             await asyncio.sleep(0.05)
 
     async def halt(self) -> None:

@@ -60,14 +60,18 @@ SCENARIOS = [
 ]
 
 
-async def submit_runs(store: Store, rng: random.Random) -> dict[str, int]:
+async def submit_runs(
+    store: Store, rng: random.Random, runs: int = RUNS, spread: float = SUBMIT_SPREAD
+) -> dict[str, int]:
+    """Submit ``runs`` three-step runs evenly over ``spread`` seconds (0: all at once);
+    return run id -> expected result."""
     client = WorkflowClient(store)
     expected: dict[str, int] = {}
-    for n in range(RUNS):
+    for n in range(runs):
         delays = [round(rng.uniform(0.01, 0.05), 3) for _ in range(3)]
         handle = await client.submit(WORKFLOW, {"n": n, "delays": delays})
         expected[handle.run_id] = expected_result(n)
-        await asyncio.sleep(SUBMIT_SPREAD / RUNS)
+        await asyncio.sleep(spread / runs)
     return expected
 
 

@@ -271,6 +271,7 @@ class WorkflowClient:
             start_at=None if start_at is None else epoch(start_at, "start_at"),
             flow=NO_FLOW if definition is None else flow_for(definition, params),
             expires_at=None if expires_at is None else epoch(expires_at, "expires_at"),
+            generated_id=run_id is None,
         )
 
     def _check_params(self, definition: WorkflowDefinition, params: Mapping[str, Any]) -> None:

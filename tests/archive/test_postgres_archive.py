@@ -4,8 +4,10 @@ reads, the cursor and purges; ArchivingStore.open() and a worker refusing a bad 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import psycopg
 import pytest
@@ -21,6 +23,7 @@ from pyrula.workflows import (
 )
 from pyrula.workflows.records import FlowControl, JournalEntry, RunRecord
 from pyrula.workflows.stores.archive import ArchiveCursor
+from pyrula.workflows.stores.archive.base import ArchivedStamp
 from pyrula.workflows.stores.archive.postgres.sql import pyrula_version
 
 T0 = 1_700_000_000.25
@@ -157,6 +160,21 @@ async def test_runs_round_trip_exactly_and_writes_are_idempotent(
     assert await archive.get_run("r2") is None and await archive.load_journal("r2") == []
 
 
+async def test_another_run_of_the_same_id_never_replaces_the_archived_one(
+    archive: PostgresArchive,
+) -> None:
+    run = ended("r1")
+    assert await archive.write_runs([(run, journal("r1", '"a"'))]) == 1
+    # Same id, created later (another run, not this one retried), ended later: refused.
+    other = replace(run, created_at=T0 + 50, finished_at=T0 + 60, result='"other"')
+    assert await archive.write_runs([(other, journal("r1", '"b"'))]) == 0
+    assert await archive.get_run("r1") == run
+    assert await archive.load_journal("r1") == journal("r1", '"a"')
+    assert await archive.archived_stamps(["r1", "nope"]) == {
+        "r1": ArchivedStamp(created_at=T0, finished_at=T0 + 10)
+    }
+
+
 async def test_list_runs_filters_newest_first(archive: PostgresArchive) -> None:
     runs = [
         ended("a", created_at=T0 + 1, workflow="x", owner="o1"),
@@ -199,3 +217,43 @@ async def test_the_cursor_only_moves_forward(archive: PostgresArchive) -> None:
     assert await archive.load_cursor() == ArchiveCursor(T0 + 5, "b", T0 + 6)
     await archive.save_cursor(ArchiveCursor(T0 + 7, "a", T0 + 7))
     assert await archive.load_cursor() == ArchiveCursor(T0 + 7, "a", T0 + 7)
+
+
+async def test_event_loops_sharing_the_archive_keep_their_own_connections(
+    archive_dsn: str,
+) -> None:
+    # A worker's loop and a blocking client's loop thread use one archive at once: each
+    # keeps its pooled connection (neither closes the other's, nor reconnects each time).
+    connects = 0
+
+    class Counting(PostgresArchive):
+        async def _connect(self) -> psycopg.AsyncConnection[Any]:
+            nonlocal connects
+            connects += 1
+            return await super()._connect()
+
+    archive = Counting(archive_dsn, pool_size=1)
+    await archive.open()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    async def other_loop() -> None:
+        while not stop.is_set():
+            try:
+                assert await archive.get_run("b") is None
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+            await asyncio.sleep(0)
+
+    thread = threading.Thread(target=lambda: asyncio.run(other_loop()))
+    thread.start()
+    try:
+        for _ in range(200):
+            assert await archive.get_run("a") is None
+    finally:
+        stop.set()
+        thread.join(10)
+        await archive.close()
+    assert errors == []
+    assert connects == 2  # one per loop

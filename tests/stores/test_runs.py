@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -62,6 +63,18 @@ async def test_duplicate_run_id_is_refused(store: Store) -> None:
     await store.create_run(new_run(run_id="r1"))
     with pytest.raises(InvalidRunState):
         await store.create_run(new_run(run_id="r1"))
+
+
+async def test_a_generated_id_is_created_as_any_other(store: Store) -> None:
+    # NewRun.generated_id (the client made the id up) only lets a store skip looking
+    # for an earlier holder of the id: every store creates the run as usual.
+    new = replace(new_run(run_id="gen-1", idempotency_key="k-gen"), generated_id=True)
+    run, created = await store.create_run(new)
+    assert created and run.run_id == "gen-1" and run.idempotency_key == "k-gen"
+    assert await store.get_run("gen-1") == run
+    assert await store.create_run(new) == (run, False)
+    with pytest.raises(InvalidRunState):
+        await store.create_run(replace(new, idempotency_key=None))
 
 
 async def test_payloads_round_trip_exactly(store: Store) -> None:

@@ -35,6 +35,7 @@ from pyrula.workflows.records import (
     WorkerInfo,
 )
 from pyrula.workflows.stores.archive.base import Archive
+from pyrula.workflows.stores.archive.creating import TakenIds
 from pyrula.workflows.stores.archive.reconcile import Archiver
 from pyrula.workflows.stores.base import RenewResult, Store
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
@@ -62,11 +63,12 @@ class ArchivingStore(ScheduleAdmin):
 
     Reads: ``get_run``, ``load_journal`` and ``wait_run`` ask the live store first and
     the archive when the run is not there; ``list_runs`` merges both. ``delete_run``
-    deletes from both. ``retry_run``, ``cancel_run``, ``terminate_run`` and
-    ``send_signal`` of a run only the archive holds raise InvalidRunState. ``open()``
-    refuses a missing or other-version archive schema (ArchiveSchemaMismatch); an
-    archive that cannot be reached is logged, and the worker runs on the live store
-    until it is back.
+    deletes from both. ``create_run`` keeps an archived run's id taken (one archive read
+    per create of an id the caller chose; none for generated ids). ``retry_run``,
+    ``cancel_run``, ``terminate_run`` and ``send_signal`` of a run only the archive holds
+    raise InvalidRunState. ``open()`` refuses a missing or other-version archive schema
+    (ArchiveSchemaMismatch); an archive that cannot be reached is logged, and the worker
+    runs on the live store until it is back.
     """
 
     def __init__(
@@ -104,6 +106,9 @@ class ArchivingStore(ScheduleAdmin):
             ttl=self.live_ttl_after_archive,
             batch=reconcile_batch,
             clock_skew=float(clock_skew),
+        )
+        self._creates = TakenIds(
+            live, archive, ttl=self.live_ttl_after_archive, clock_skew=float(clock_skew)
         )
 
     def __repr__(self) -> str:
@@ -252,7 +257,11 @@ class ArchivingStore(ScheduleAdmin):
         return InvalidRunState(READ_ONLY.format(run_id=run_id))
 
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        return await self.live.create_run(new)
+        """Create in the live store. A run id an archived run holds stays taken: such a
+        create raises InvalidRunState, or returns the archived run when it carries that
+        run's idempotency key (see :mod:`.creating`, which also says why no concurrent
+        archival lets a second run of that id through)."""
+        return await self._creates.create_run(new)
 
     async def cancel_run(self, run_id: str) -> RunRecord:
         try:

@@ -32,6 +32,15 @@ class ArchiveCursor:
 
 
 @dataclass(frozen=True)
+class ArchivedStamp:
+    """When an archived run was created and when it ended. ``created_at`` tells the
+    archived run from another run under the same id (a retried run keeps it)."""
+
+    created_at: float
+    finished_at: float
+
+
+@dataclass(frozen=True)
 class PurgeCandidate:
     """An archived run that ended before a purge's cutoff."""
 
@@ -62,10 +71,15 @@ class Archive(Protocol):
     async def write_runs(self, runs: Sequence[tuple[RunRecord, list[JournalEntry]]]) -> int:
         """Store each ended run with its journal, in one transaction; how many were
         written. A run already archived is replaced, journal and all, only when this copy
-        ended later (it was retried and ended again); otherwise left as it is."""
+        is the same run (the same ``created_at``) and ended later (it was retried and
+        ended again); otherwise it is left as it is: another run under an archived run's
+        id never replaces it."""
 
     async def finished_times(self, run_ids: Sequence[str]) -> dict[str, float]:
         """``finished_at`` of those of ``run_ids`` that are archived."""
+
+    async def archived_stamps(self, run_ids: Sequence[str]) -> dict[str, ArchivedStamp]:
+        """``created_at`` and ``finished_at`` of those of ``run_ids`` that are archived."""
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The archived run, or None."""

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 
 from pyrula.workflows.errors import ArchiveSchemaMismatch, InvalidRunState, StoreError
 from pyrula.workflows.records import RunRecord
-from pyrula.workflows.stores.archive.base import Archive, ArchiveCursor, PurgeCandidate
+from pyrula.workflows.stores.archive.base import (
+    Archive,
+    ArchiveCursor,
+    ArchivedStamp,
+    PurgeCandidate,
+)
 
 if TYPE_CHECKING:
     from pyrula.workflows.stores.base import Store
@@ -32,6 +37,8 @@ BACKOFF_MAX = 60.0
 """Most seconds between two attempts while the archive (or the live store) fails."""
 EXPIRE_ROUNDS = 10
 """Most ``purge_runs`` batches one pass expires from the live store."""
+REFUSED_KEPT = 1024
+"""Runs refused for another run's id remembered (each is logged once)."""
 
 
 class Archiver:
@@ -52,6 +59,8 @@ class Archiver:
         self._archived: deque[tuple[float, float]] = deque()
         """(live store time a pass ended, its ``archived_before``), oldest first: when a
         run was known to be archived, so it stays live ``ttl`` seconds after that."""
+        self._refused: dict[tuple[str, float], None] = {}
+        """The runs refused for another run's id (see ``_copy``), reported once each."""
 
     # -- copying ---------------------------------------------------------------------------
     async def archive_ended(self) -> int:
@@ -81,19 +90,54 @@ class Archiver:
         return written
 
     async def _copy(self, runs: list[RunRecord]) -> int:
-        """Write the runs (with their journals) the archive lacks or holds an older end of."""
+        """Write the runs (with their journals) the archive lacks or holds an older end of.
+
+        A run whose id the archive holds for another run (another ``created_at``) is not
+        written: the archived run is never overwritten by another (the archive's write
+        refuses it too, should one slip in between), and the refusal is logged as an
+        error, once per run."""
         if not runs:
             return 0
-        known = await self.archive.finished_times([run.run_id for run in runs])
-        fresh = [
-            run
-            for run in runs
-            if run.finished_at is not None and known.get(run.run_id, -math.inf) < run.finished_at
-        ]
+        known = await self.archive.archived_stamps([run.run_id for run in runs])
+        fresh: list[RunRecord] = []
+        for run in runs:
+            stamp = known.get(run.run_id)
+            if run.finished_at is None:
+                continue
+            if stamp is None:
+                fresh.append(run)
+            elif stamp.created_at != run.created_at:
+                self._refuse(run, stamp)
+            elif stamp.finished_at < run.finished_at:
+                fresh.append(run)
         if not fresh:
             return 0
         journals = await asyncio.gather(*(self.live.load_journal(run.run_id) for run in fresh))
         return await self.archive.write_runs(list(zip(fresh, journals, strict=True)))
+
+    def _refuse(self, run: RunRecord, stamp: ArchivedStamp) -> None:
+        """Report, once, an ended run whose id an archived run of its own holds."""
+        seen = (run.run_id, run.created_at)
+        if seen in self._refused:
+            return
+        self._refused[seen] = None
+        while len(self._refused) > REFUSED_KEPT:
+            del self._refused[next(iter(self._refused))]
+        log.error(
+            "run %r of %r (created at %.3f, ended %s at %.3f) is NOT archived: the "
+            "archive holds another run under that id (created at %.3f, ended at %.3f), "
+            "which is kept. The id was reused behind the ArchivingStore's back (a client "
+            "of the live store itself, or a create while the archive could not be "
+            "checked); this run's outcome can be read only until it expires from the "
+            "live store",
+            run.run_id,
+            run.workflow,
+            run.created_at,
+            run.status.value,
+            run.finished_at or 0.0,
+            stamp.created_at,
+            stamp.finished_at,
+        )
 
     # -- expiry ----------------------------------------------------------------------------
     async def expire_archived(self) -> int:

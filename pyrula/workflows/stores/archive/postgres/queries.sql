@@ -18,8 +18,9 @@ ON CONFLICT (singleton) DO NOTHING;
 SELECT pg_advisory_xact_lock(7305711421);
 
 -- name: upsert_run
--- Insert an ended run, or replace it when this copy ended later (a retried run that
--- ended again). Returns a row only when it wrote one.
+-- Insert an ended run, or replace it when this copy is the same run (the same
+-- created_at) and ended later (a retried run that ended again). Another run under the
+-- same id never replaces it. Returns a row only when it wrote one.
 INSERT INTO pyrula_runs (
     run_id, workflow, params, status, owner, idempotency_key, created_at, available_at,
     updated_at, started_at, finished_at, result, error, worker_id, lease_token,
@@ -52,6 +53,7 @@ ON CONFLICT (run_id) DO UPDATE SET
     progress_state = excluded.progress_state, progress_info = excluded.progress_info,
     failed_position = excluded.failed_position, archived_at = now()
 WHERE pyrula_runs.finished_at < excluded.finished_at
+  AND pyrula_runs.created_at = excluded.created_at
 RETURNING run_id;
 
 -- name: delete_journal
@@ -66,6 +68,10 @@ VALUES (%(run_id)s, %(position)s, %(kind)s, %(name)s, %(ok)s, %(value)s, %(attem
 -- name: finished_of
 -- The finished_at of those of the given runs that are archived.
 SELECT run_id, finished_at FROM pyrula_runs WHERE run_id = ANY(%(run_ids)s);
+
+-- name: stamps_of
+-- When those of the given runs that are archived were created and ended.
+SELECT run_id, created_at, finished_at FROM pyrula_runs WHERE run_id = ANY(%(run_ids)s);
 
 -- name: get_run
 SELECT * FROM pyrula_runs WHERE run_id = %(run_id)s;

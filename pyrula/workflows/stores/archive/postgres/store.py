@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -28,7 +30,7 @@ from pyrula.workflows.errors import (
     StoreUnavailable,
 )
 from pyrula.workflows.records import JournalEntry, RunRecord, RunStatus
-from pyrula.workflows.stores.archive.base import ArchiveCursor, PurgeCandidate
+from pyrula.workflows.stores.archive.base import ArchiveCursor, ArchivedStamp, PurgeCandidate
 from pyrula.workflows.stores.archive.postgres import sql
 from pyrula.workflows.stores.archive.postgres.sql import Q
 from pyrula.workflows.stores.deadlines import deadline
@@ -87,7 +89,9 @@ class PostgresArchive:
     * ``dsn``: a libpq connection string or ``postgresql://`` URI. Tables go in the
       connection's ``search_path``: add ``options=-csearch_path=NAME`` to keep several
       archives in one database. One archive serves one live store (namespace).
-    * ``pool_size``: connections kept open at most (opened on demand).
+    * ``pool_size``: connections kept open at most per event loop (opened on demand;
+      a worker's loop and a blocking client's loop thread sharing the archive each have
+      their own, so neither closes or borrows the other's connections).
     * ``connect_timeout``: seconds a connection attempt may take.
     * ``query_timeout``: seconds one operation (waiting for a pooled connection, then its
       statements) may take before it fails with ``StoreUnavailable`` and its connection
@@ -117,9 +121,10 @@ class PostgresArchive:
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
         self.query_timeout = query_timeout
-        self._idle: list[AsyncConnection[Any]] = []
-        self._slots: asyncio.Semaphore | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._pools_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"PostgresArchive({self.url!r})"
@@ -138,17 +143,20 @@ class PostgresArchive:
         conn.adapters.register_dumper(str, _nul_free_text())
         return conn
 
-    def _for_this_loop(self) -> asyncio.Semaphore:
-        """The pool belongs to one event loop; used from another (a blocking helper's),
-        it starts afresh: the old loop's connections cannot be awaited here."""
+    def _pool(self) -> _Pool:
+        """This event loop's pool: a connection is awaited only on the loop that opened
+        it, and several loops (threads) may use the archive at once. A loop's pool goes
+        with the loop; a new loop's first use closes the connections of loops closed
+        since (a blocking helper's ``asyncio.run``)."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._slots is None:
-            for conn in self._idle:
-                conn.pgconn.finish()
-            self._idle = []
-            self._loop = loop
-            self._slots = asyncio.Semaphore(self.pool_size)
-        return self._slots
+        with self._pools_lock:
+            pool = self._pools.get(loop)
+            if pool is None:
+                for old in [old for old in self._pools if old.is_closed()]:
+                    for conn in self._pools.pop(old).idle:
+                        conn.pgconn.finish()
+                pool = self._pools[loop] = _Pool(self.pool_size)
+            return pool
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -159,16 +167,17 @@ class PostgresArchive:
         from psycopg import errors as pgerrors
 
         conn: AsyncConnection[Any] | None = None
+        pool = self._pool()
         try:
-            async with deadline(self.query_timeout), self._for_this_loop():
+            async with deadline(self.query_timeout), pool.slots:
                 try:
-                    conn = self._idle.pop() if self._idle else await self._connect()
+                    conn = pool.idle.pop() if pool.idle else await self._connect()
                     yield conn
                 except BaseException:
                     await _discard(conn)
                     raise
                 if not conn.closed:
-                    self._idle.append(conn)
+                    pool.idle.append(conn)
         except TimeoutError as exc:
             raise StoreUnavailable(
                 f"the Postgres archive at {self.url} did not answer within "
@@ -188,12 +197,16 @@ class PostgresArchive:
         await self.check()
 
     async def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            if self._loop is asyncio.get_running_loop():
-                await _discard(conn)
-            else:
-                conn.pgconn.finish()
+        here = asyncio.get_running_loop()
+        with self._pools_lock:
+            pools = list(self._pools.items())
+        for loop, pool in pools:
+            idle, pool.idle = pool.idle, []
+            for conn in idle:
+                if loop is here:
+                    await _discard(conn)
+                else:  # another loop's: it cannot be awaited here
+                    conn.pgconn.finish()
 
     async def migrate(self) -> None:
         """Create the tables (every statement is idempotent) and record this pyrula's
@@ -236,7 +249,7 @@ class PostgresArchive:
             for run, journal in ended:
                 await cur.execute(Q["upsert_run"], sql.run_params(run))
                 if await cur.fetchone() is None:
-                    continue  # archived already, from this end or a later one
+                    continue  # archived already (this end or a later one), or another run
                 written += 1
                 await cur.execute(Q["delete_journal"], {"run_id": run.run_id})
                 if journal:
@@ -249,6 +262,14 @@ class PostgresArchive:
         async with self._conn() as conn:
             cur = await conn.execute(Q["finished_of"], {"run_ids": list(run_ids)})
             return {row["run_id"]: row["finished_at"] for row in await cur.fetchall()}
+
+    async def archived_stamps(self, run_ids: Sequence[str]) -> dict[str, ArchivedStamp]:
+        if not run_ids:
+            return {}
+        async with self._conn() as conn:
+            cur = await conn.execute(Q["stamps_of"], {"run_ids": list(run_ids)})
+            rows = await cur.fetchall()
+        return {row["run_id"]: ArchivedStamp(row["created_at"], row["finished_at"]) for row in rows}
 
     async def delete_run(self, run_id: str) -> bool:
         async with self._conn() as conn:
@@ -320,6 +341,14 @@ class PostgresArchive:
         return ArchiveCursor(
             row["cursor_finished_at"], row["cursor_run_id"], row["archived_before"]
         )
+
+
+class _Pool:
+    """One event loop's connections: at most ``size`` in use at once, the idle ones kept."""
+
+    def __init__(self, size: int) -> None:
+        self.slots = asyncio.Semaphore(size)
+        self.idle: list[AsyncConnection[Any]] = []
 
 
 NUL_STAND_IN = "\ufffd"

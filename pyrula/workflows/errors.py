@@ -25,6 +25,7 @@
     │   └── ScheduleNotFound        no schedule with that id
     ├── SignalTimeout               wait_for_signal's timeout elapsed (also a TimeoutError)
     ├── StepTimeout                 an async step overran its timeout (also a TimeoutError)
+    ├── StepRaisedCancelledError    a step raised CancelledError while not being cancelled
     ├── RunCancelled                the run was cancelled or terminated
     ├── RunDeadLettered             the run kept killing its workers
     ├── RunExpired                  the run was still queued at its expiry time
@@ -193,6 +194,13 @@ class SignalTimeout(PyrulaError, TimeoutError):
 
 class StepTimeout(PyrulaError, TimeoutError):
     """An async step ran longer than its ``timeout`` and was cancelled (retried per policy)."""
+
+
+class StepRaisedCancelledError(PyrulaError):
+    """A step raised ``asyncio.CancelledError`` although its run was not being cancelled
+    (user code raised it, or a library leaked one). It is a failure of the step like any
+    ``Exception``: retried per the step's policy, then raised into the workflow. The
+    original ``CancelledError`` is its ``__cause__``."""
 
 
 class RunExpired(PyrulaError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pyrula.workflows import loops
 from pyrula.workflows.claiming import ClaimLoop, StoreClock, claimed_at
 from pyrula.workflows.client import WorkflowClient
+from pyrula.workflows.engine.control import being_cancelled
 from pyrula.workflows.engine.execution import (
     ExecutionObserver,
     ExecutionSettings,
@@ -43,6 +44,9 @@ class _Active:
     task: asyncio.Task[None] | None = None
     execution: RunExecution | None = None
     lost: bool = False
+    """The lease was lost; the renew loop cancelled the task (loops.renew_once)."""
+    stopped: bool = False
+    """The drain cancelled the task (the worker is stopping)."""
     cancel_requested: bool = False
     """A cancel the renew loop learnt before the execution started (a held run)."""
     released: bool = field(default=False)
@@ -357,7 +361,18 @@ class WorkflowWorker:
             if end is RunEnd.SUSPENDED:
                 self.timers_changed.set()  # the timer loop recomputes its next wake-up
         except asyncio.CancelledError:
-            if not active.lost:
+            if not (active.lost or active.stopped or being_cancelled(if_unknown=False)):
+                # Nobody cancelled the task: engine or user code raised it (the engine
+                # fails a run whose code raises it, so this is rare). Requeued now, the
+                # run would be claimed again at once and raise it again, forever; left
+                # to its lease, recoveries count and max_recoveries sets it aside.
+                log.error(
+                    "run %s: asyncio.CancelledError although nothing cancelled the run; "
+                    "it will be recovered after its lease",
+                    lease.run_id,
+                    exc_info=True,
+                )
+            elif not active.lost:
                 await self._release(lease, active.execution)
         except Exception:
             # An engine or store failure, not the workflow's: the lease will lapse and
@@ -405,11 +420,12 @@ class WorkflowWorker:
                 self.options.shutdown_grace,
             )
             await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
-        remaining = [
-            a.task for a in self.active_runs.values() if a.task is not None and not a.task.done()
-        ]
-        for task in remaining:
-            task.cancel()
+        remaining = []
+        for active in self.active_runs.values():
+            if active.task is not None and not active.task.done():
+                active.stopped = True  # for Python 3.10, which has no Task.cancelling()
+                active.task.cancel()
+                remaining.append(active.task)
         if remaining:
             await asyncio.wait(remaining, timeout=self.options.cancel_timeout)
 

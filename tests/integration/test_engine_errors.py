@@ -21,8 +21,10 @@ from pyrula.workflows import (
     step,
     workflow,
 )
+from pyrula.workflows.records import JournalEntry, Outcome, RunRecord
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.serialization import ErrorInfo
+from pyrula.workflows.stores.memory import MemoryStore
 from tests.conftest import Eventually, StartWorker
 
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -225,7 +227,7 @@ def _raising(kind: type[BaseException], sync: bool) -> Callable[..., Any]:
     return async_step
 
 
-@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit, GeneratorExit])
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 async def test_keyboard_interrupt_and_system_exit_in_a_step_fail_only_the_run(
     engine_store: Store,
@@ -257,9 +259,139 @@ async def test_keyboard_interrupt_and_system_exit_in_a_step_fail_only_the_run(
     stored = ErrorInfo.from_json(entry.value)
     assert stored.qualified_type == f"builtins.{kind.__name__}"
     assert "Traceback" in stored.traceback
+    record = await handle.record()  # failed by its first claim: no lease lapsed
+    assert (record.claims, record.recoveries) == (1, 0)
 
     after = await client.submit("healthy")
     assert await after.result(timeout=10) == "still serving"
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+async def test_a_cancelled_error_a_step_raises_is_a_failure_retried_by_its_policy(
+    engine_store: Store, registry: Registry, start_worker: StartWorker, sync: bool
+) -> None:
+    # Nobody cancels the run: the step (or a library under it) raises CancelledError.
+    # It must not pass for a cancellation, which requeues the run: it would be claimed
+    # and raise again at once, forever.
+    attempts = []
+
+    def sync_step(ctx: StepContext) -> None:
+        attempts.append(ctx.attempt)
+        raise asyncio.CancelledError("leaked by a library")
+
+    async def async_step(ctx: StepContext) -> None:
+        attempts.append(ctx.attempt)
+        raise asyncio.CancelledError("leaked by a library")
+
+    policy = RetryPolicy(max_attempts=2, initial_backoff=0.01)
+    leaking = step(name="leaking", retry=policy)(sync_step if sync else async_step)
+
+    @workflow(registry=registry)
+    async def leaks(ctx: WorkflowContext) -> None:
+        await leaking()
+
+    @workflow(registry=registry)
+    async def healthy(ctx: WorkflowContext) -> str:
+        result: str = await ctx.step("ok", lambda: "still serving")
+        return result
+
+    await start_worker(engine_store, [leaks, healthy])
+    client = WorkflowClient(engine_store, registry=registry)
+    handle = await client.submit("leaks")
+    with pytest.raises(DurableInvocationError) as failed:
+        await handle.result(timeout=10)
+    assert failed.value.error_type.endswith(".StepRaisedCancelledError")
+    assert "raised asyncio.CancelledError (leaked by a library)" in failed.value.error_message
+    assert "leaking" in failed.value.error_message
+    assert attempts == [1, 2]
+    [entry] = await engine_store.load_journal(handle.run_id)
+    assert (entry.name, entry.ok, entry.attempts) == ("leaking", False, 2)
+    assert "CancelledError: leaked by a library" in ErrorInfo.from_json(entry.value).traceback
+    record = await handle.record()
+    assert record.status is RunStatus.FAILED
+    assert (record.claims, record.recoveries) == (1, 0)
+
+    after = await client.submit("healthy")
+    assert await after.result(timeout=10) == "still serving"
+
+
+async def test_a_workflow_raising_cancelled_error_itself_fails_at_once(
+    engine_store: Store, registry: Registry, start_worker: StartWorker
+) -> None:
+    @workflow(registry=registry)
+    async def leaks(ctx: WorkflowContext) -> None:
+        await ctx.step("before", lambda: None)
+        raise asyncio.CancelledError("not a cancellation")
+
+    await start_worker(engine_store, [leaks])
+    handle = await WorkflowClient(engine_store, registry=registry).submit("leaks")
+    with pytest.raises(DurableInvocationError) as failed:
+        await handle.result(timeout=10)
+    assert failed.value.error_type == "asyncio.exceptions.CancelledError"
+    assert failed.value.error_message == "not a cancellation"
+    record = await handle.record()
+    assert (record.status, record.claims, record.recoveries) == (RunStatus.FAILED, 1, 0)
+
+
+class _LeakingStore(MemoryStore):
+    """A store whose client leaks ``asyncio.CancelledError`` when recording an outcome."""
+
+    async def finish_run(
+        self, run_id: str, token: int, outcome: Outcome, entry: JournalEntry | None = None
+    ) -> RunRecord:
+        raise asyncio.CancelledError("leaked by the store client")
+
+
+async def test_a_cancelled_error_nobody_cancelled_is_left_to_the_lease_not_requeued(
+    registry: Registry, start_worker: StartWorker
+) -> None:
+    # Requeued as if the worker had cancelled the run, it would be claimed again at once
+    # and fail the same way, forever; left to its lease, it is dead-lettered.
+    store = _LeakingStore()
+
+    @workflow(registry=registry)
+    async def unrecordable(ctx: WorkflowContext) -> int:
+        return 1
+
+    await start_worker(store, [unrecordable], lock_ttl=0.4, max_recoveries=1)
+    handle = await WorkflowClient(store, registry=registry).submit("unrecordable")
+    with pytest.raises(DurableInvocationError) as dead:
+        await handle.result(timeout=10)
+    assert dead.value.error_type == "pyrula.workflows.errors.RunDeadLettered"
+    record = await handle.record()
+    # Claimed, its lease lapsed, recovered; claimed again, lapsed, set aside.
+    assert (record.status, record.claims) == (RunStatus.DEAD, 2) and record.recoveries > 0
+
+
+async def test_a_step_raising_cancelled_error_does_not_stop_its_real_cancellation(
+    engine_store: Store, registry: Registry, start_worker: StartWorker, eventually: Eventually
+) -> None:
+    # The worker stops while the step waits: the drain cancels the run's task, and the
+    # step's CancelledError (re-raised as any, even with a message of its own) is the
+    # real thing: the run goes back to the queue, unfailed.
+    started = asyncio.Event()
+
+    async def waits(ctx: StepContext) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise asyncio.CancelledError("re-raised by the step") from None
+
+    waiting = step(name="waits", retry=RetryPolicy(max_attempts=3))(waits)
+
+    @workflow(registry=registry)
+    async def stopped(ctx: WorkflowContext) -> None:
+        await waiting()
+
+    worker = await start_worker(engine_store, [stopped], shutdown_grace=0.1)
+    handle = await WorkflowClient(engine_store, registry=registry).submit("stopped")
+    await asyncio.wait_for(started.wait(), 10)
+    worker.stop()
+    await eventually(lambda: worker.running == 0, what="the drain")
+    record = await handle.record()
+    assert (record.status, record.claims, record.recoveries) == (RunStatus.QUEUED, 1, 0)
+    assert await engine_store.load_journal(handle.run_id) == []
 
 
 async def test_a_workflow_that_never_returns_blocks_nothing_and_terminate_ends_it(

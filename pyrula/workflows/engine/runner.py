@@ -15,6 +15,7 @@ from pyrula.workflows.engine.control import (
     LeaseGone,
     Nondeterminism,
     Suspend,
+    being_cancelled,
 )
 from pyrula.workflows.engine.execution import ExecutionSettings, RunExecution, call_store
 from pyrula.workflows.errors import LeaseLost, NondeterminismError, StoreUnavailable
@@ -53,7 +54,8 @@ async def execute_run(
     """Run ``lease``'s run until it ends or suspends here; return how.
 
     Raises only ``asyncio.CancelledError`` (the worker cancelled the task); every other
-    outcome, including exceptions from user code, is recorded in the store.
+    outcome, including exceptions from user code (a ``CancelledError`` it raised while
+    the task was not being cancelled too), is recorded in the store.
     """
     window = settings.store_retry_window
     journal: dict[int, JournalEntry] = {}
@@ -134,14 +136,27 @@ async def _run_workflow(
     except Nondeterminism as signal:
         error = NondeterminismError(str(signal))
         return Outcome(RunStatus.FAILED, error=ErrorInfo.from_exception(error).to_json())
-    except asyncio.CancelledError:
-        raise
+    except asyncio.CancelledError as exc:
+        if being_cancelled():
+            raise  # the worker stops the run here (drain, lost lease): not an outcome
+        # Raised by the workflow's own code (or a library it awaited), not a cancellation
+        # of the run: a failure like any other, or the worker would requeue it forever.
+        log.warning(
+            "run %s failed: its code raised asyncio.CancelledError although the run was "
+            "not being cancelled",
+            execution.run_id,
+        )
+        return _failed(execution, exc)
     except BaseException as exc:
         log.info("run %s failed: %s: %s", execution.run_id, type(exc).__name__, exc)
-        return Outcome(
-            RunStatus.FAILED,
-            error=ErrorInfo.from_exception(exc).to_json(),
-            failed_position=execution.failed_steps.get(id(exc)),
-        )
+        return _failed(execution, exc)
     finally:
         unbind_context(token)
+
+
+def _failed(execution: RunExecution, exc: BaseException) -> Outcome:
+    return Outcome(
+        RunStatus.FAILED,
+        error=ErrorInfo.from_exception(exc).to_json(),
+        failed_position=execution.failed_steps.get(id(exc)),
+    )

@@ -5,6 +5,16 @@ Short retry backoffs sleep in the worker. Backoffs of at least
 position derived from the step's position and attempt, so it never takes a step's
 place) and the run is suspended on a timer; when it wakes, the step continues with the
 next attempt.
+
+**BaseExceptions from a step.** An ``asyncio.CancelledError`` the step raised while its
+run was not being cancelled (see :func:`~pyrula.workflows.engine.control.being_cancelled`)
+is an ordinary failure: it becomes a :class:`StepRaisedCancelledError` (an ``Exception``,
+retried per the policy, the original as its ``__cause__``). Only a real cancellation of
+the run's task passes through. Any other BaseException (``KeyboardInterrupt``,
+``SystemExit``, ``GeneratorExit``) fails the step at once, never retried, whether the step
+is sync or async: a sync step's outcome comes back from its thread as a value, never as
+an exception thrown into the run's task (a thrown ``GeneratorExit`` would close the
+run's coroutines instead of reaching the step's caller).
 """
 
 from __future__ import annotations
@@ -19,9 +29,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.context import StepContext
-from pyrula.workflows.engine.control import Suspend
+from pyrula.workflows.engine.control import Suspend, being_cancelled
 from pyrula.workflows.engine.threads import StepThreadPool
-from pyrula.workflows.errors import LeaseLost, PayloadError, StepTimeout
+from pyrula.workflows.errors import (
+    LeaseLost,
+    PayloadError,
+    StepRaisedCancelledError,
+    StepTimeout,
+)
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.records import JournalEntry, Wait
 from pyrula.workflows.retry import RetryPolicy
@@ -49,15 +64,47 @@ def _backoff_state(execution: RunExecution, position: int) -> tuple[int, float |
     return attempt, wake_at
 
 
-async def _guarded(awaitable: Awaitable[Any]) -> tuple[bool, Any]:
+def _stray_cancel(name: str, exc: asyncio.CancelledError) -> StepRaisedCancelledError:
+    detail = f" ({exc})" if str(exc) else ""
+    error = StepRaisedCancelledError(
+        f"step {name!r} raised asyncio.CancelledError{detail} although its run was not "
+        "being cancelled: a failure of the step, retried per its policy (to fail a step, "
+        "raise an Exception; let a real cancellation through)"
+    )
+    error.__cause__ = exc
+    return error
+
+
+async def _guarded(name: str, awaitable: Awaitable[Any]) -> tuple[bool, Any]:
     """Await user code, turning any exception (even SystemExit) into a value.
 
-    Only cancellation of this task passes through, so a step can never stop the loop.
+    Only cancellation of this task passes through, so a step can never stop the loop;
+    a ``CancelledError`` the step raised itself becomes a StepRaisedCancelledError.
     """
     try:
         return True, await awaitable
-    except asyncio.CancelledError:
-        raise
+    except asyncio.CancelledError as exc:
+        if being_cancelled():
+            raise
+        return False, _stray_cancel(name, exc)
+    except BaseException as exc:
+        return False, exc
+
+
+def _outcome(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    """Call a sync step, in its thread: its outcome, even a BaseException, as a value.
+
+    So the future that carries it back only ever raises when it is cancelled: an
+    exception set on it would be thrown into the run's task, where ``GeneratorExit``
+    closes the coroutines it goes through instead of reaching the step's caller, and a
+    ``CancelledError`` would pass for a cancellation of the run.
+    """
+    try:
+        return True, fn()
+    except StopIteration as exc:  # would become a RuntimeError raised from a coroutine
+        wrapped = RuntimeError(f"the step raised StopIteration: {exc!r}")
+        wrapped.__cause__ = exc
+        return False, wrapped
     except BaseException as exc:
         return False, exc
 
@@ -199,19 +246,24 @@ async def _call(
         getattr(fn, "__call__", None)  # noqa: B004 - async callables
     ):
         try:
-            return await asyncio.wait_for(_guarded(fn(*args, **kwargs)), timeout)
+            return await asyncio.wait_for(_guarded(name, fn(*args, **kwargs)), timeout)
         except asyncio.TimeoutError:
             return False, StepTimeout(f"step {name!r} did not finish within {timeout}s")
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    call = functools.partial(
+        contextvars.copy_context().run, _outcome, functools.partial(fn, *args, **kwargs)
+    )
     executor = execution.executor
+    # Raises only when cancelled (see _outcome): the task's, or the pool's at shutdown.
     if isinstance(executor, StepThreadPool):
-        ok, value = await _guarded(executor.run_soon(loop, call))
+        ok, value = await executor.run_soon(loop, call)
     else:
-        ok, value = await _guarded(loop.run_in_executor(executor, call))
-    if ok and inspect.isawaitable(value):
-        ok, value = await _guarded(value)  # a sync callable that returned a coroutine
+        ok, value = await loop.run_in_executor(executor, call)
+    if not ok and isinstance(value, asyncio.CancelledError):
+        value = _stray_cancel(name, value)  # nothing cancels a thread: raised by the step
+    elif ok and inspect.isawaitable(value):
+        ok, value = await _guarded(name, value)  # a sync callable that returned a coroutine
     elapsed = time.monotonic() - started
     if timeout is not None and elapsed > timeout:
         log.warning(

@@ -27,7 +27,6 @@ from typing import Any
 
 import valkey.asyncio as valkey_async
 from valkey import exceptions as vex
-from valkey.asyncio.cluster import ValkeyCluster
 
 from pyrula.workflows.errors import (
     ConfigurationError,
@@ -53,6 +52,7 @@ from pyrula.workflows.stores.valkey.clients import (
     droppable,
     mask_url,
 )
+from pyrula.workflows.stores.valkey.cluster_client import ClusterClient
 from pyrula.workflows.stores.valkey.dataloss import DataLoss
 from pyrula.workflows.stores.valkey.keys import Keys
 from pyrula.workflows.stores.valkey.resp import pack_command
@@ -105,7 +105,7 @@ class Server(DataLoss):
         self._pid = os.getpid()
         self.lib = functions.library()
         self.parking = Parking()
-        """Blocking commands whose caller gave up, reading their reply (clients.py)."""
+        """Blocking commands whose caller gave up, reading their reply (cluster_client.py)."""
         DataLoss.__init__(self)
 
     # -- clients -----------------------------------------------------------------------
@@ -143,8 +143,9 @@ class Server(DataLoss):
         }
         if self.cluster:
             # No silent resends: a call whose reply was lost must not run twice.
+            # ClusterClient follows MOVED/ASK and waits out a reshard (cluster_client.py).
             options["connection_error_retry_attempts"] = 0
-            return ValkeyCluster.from_url(self.url, **options)
+            return ClusterClient.from_url(self.url, **options)
         return valkey_async.Valkey.from_url(self.url, **options)
 
     async def close(self) -> None:
@@ -164,7 +165,12 @@ class Server(DataLoss):
 
     # -- calls -------------------------------------------------------------------------
     def unavailable(self, exc: BaseException) -> StoreUnavailable:
-        return StoreUnavailable(f"Valkey at {self.masked} is unavailable: {exc}")
+        text = str(exc) or (
+            f"no reply within socket_timeout ({self.socket_timeout:g} s)"
+            if isinstance(exc, TimeoutError)  # a deadline() cut (also a slot that kept moving)
+            else type(exc).__name__
+        )
+        return StoreUnavailable(f"Valkey at {self.masked} is unavailable: {text}")
 
     def unreachable(self, exc: BaseException) -> PyrulaError:
         """The error for a server that did not answer open()'s first PING."""
@@ -312,7 +318,8 @@ class Server(DataLoss):
             return await roundtrip(client, payload, 1)
         if self.cluster:
             # Route by our key ourselves: valkey-py would otherwise ask the server
-            # (COMMAND GETKEYS) before every FCALL.
+            # (COMMAND GETKEYS) before every FCALL. A node that answers MOVED or ASK
+            # is followed by ClusterClient (cluster_client.py), not by this pinning.
             await client.initialize()  # a no-op once this loop's client knows the slots
             return await client.execute_command(
                 *command, target_nodes=client.get_node_from_key(key)

@@ -9,6 +9,12 @@ an error, since results live with the runs.
 
 Each process keeps one blocking ``WorkflowClient`` per store URL, shared by threads and
 created on first use (so creating an app at import time opens nothing).
+
+With ``PYRULA_POSTGRES_DSN`` set (the variable ``pyrula worker --postgres-dsn`` reads),
+the client's store is an ArchivingStore over that Postgres archive, built as the
+worker's is: ``AsyncResult`` of a task already moved to the archive reads its state and
+result from there (not PENDING), and a repeat ``apply_async(task_id=...)`` of an archived
+task returns it rather than running it again. A client never archives: only workers do.
 """
 
 from __future__ import annotations
@@ -18,8 +24,14 @@ import os
 import threading
 from urllib.parse import urlsplit
 
-from pyrula.workflows import RunRecord, open_store
+from pyrula.workflows import ConfigurationError, RunRecord, open_store
 from pyrula.workflows.registry import Registry
+from pyrula.workflows.stores.archive.wrapping import (
+    POSTGRES_DSN_ENV,
+    postgres_dsn_from_env,
+    with_archive,
+)
+from pyrula.workflows.stores.base import Store
 from pyrula.workflows.sync import WorkflowClient
 from pyrula_compat.exceptions import ImproperlyConfigured
 
@@ -49,7 +61,8 @@ IGNORED_BACKENDS = frozenset({"rpc", "disabled", "django-db", "django-cache", "c
 compat_registry = Registry()
 """Every task of every app, so clients find their rate limits (see ``Celery.task``)."""
 
-_clients: dict[str, WorkflowClient] = {}
+_clients: dict[tuple[str, str | None], WorkflowClient] = {}
+"""The process's clients by store URL and archive DSN."""
 _lock = threading.Lock()
 _warned: set[str] = set()
 
@@ -143,16 +156,32 @@ def store_url(broker: object, backend: object) -> str | None:
 
 
 def client_for(url: str | None) -> WorkflowClient:
-    """The process's blocking client for the store at ``url`` (None: pyrula's default)."""
-    key = url or ""
+    """The process's blocking client for the store at ``url`` (None: pyrula's default),
+    over the Postgres archive ``PYRULA_POSTGRES_DSN`` names when it is set."""
+    dsn = postgres_dsn_from_env()
+    key = (url or "", dsn)
     with _lock:
         client = _clients.get(key)
         if client is None:
             client = WorkflowClient(
-                open_store(url), registry=compat_registry, require_registered=False
+                _open(url, dsn), registry=compat_registry, require_registered=False
             )
             _clients[key] = client
         return client
+
+
+def _open(url: str | None, dsn: str | None) -> Store:
+    """The client's store: the one at ``url``, wrapped as ``pyrula worker`` wraps its own
+    when ``dsn`` names an archive (reads fall through to it, archived ids stay taken)."""
+    store = open_store(url)
+    try:
+        return with_archive(store, dsn)
+    except ConfigurationError as exc:
+        raise ImproperlyConfigured(
+            f"{POSTGRES_DSN_ENV} is set, so results are read through the Postgres archive "
+            f"it names, but: {exc}. Unset {POSTGRES_DSN_ENV} in this process to read the "
+            "live store only (results of archived tasks then read as PENDING)"
+        ) from exc
 
 
 def wait_record(client: WorkflowClient, run_id: str, timeout: float | None) -> RunRecord:

@@ -35,15 +35,14 @@ from pyrula.cli.daemon import Daemon, daemon_options, node_name
 from pyrula.cli.logging_setup import configure_logging, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
 from pyrula.workflows import (
-    ArchivingStore,
     ConfigurationError,
-    PostgresArchive,
     PyrulaError,
     WorkerOptions,
     WorkflowWorker,
     open_store,
 )
 from pyrula.workflows.stores import DEFAULT_STORE_URL
+from pyrula.workflows.stores.archive.wrapping import POSTGRES_DSN_ENV, with_archive
 
 log = logging.getLogger("pyrula.cli.worker")
 
@@ -252,10 +251,11 @@ def worker_command(
     options = options_from_params(values)
     if loaded is not None:  # the app's store, unless --store itself names one
         store_url = loaded.serve_store(store_url, explicit=given_on_command_line("store_url"))
+    dsn = values.get("postgres_dsn")
+    if dsn:  # the Celery drop-in's clients in this process (and its children) read it
+        os.environ[POSTGRES_DSN_ENV] = dsn
     try:
-        store = open_store(store_url)
-        if values.get("postgres_dsn"):
-            store = ArchivingStore(store, PostgresArchive(values["postgres_dsn"]))
+        store = with_archive(open_store(store_url), dsn)
     except ConfigurationError as exc:
         raise CliUsageError(str(exc)) from None
     limits = recycle.limits_of(values, loaded.app if loaded else None, store.url)

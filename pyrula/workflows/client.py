@@ -196,12 +196,16 @@ class WorkflowClient:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         expires_at: datetime | float | None = None,
+        fresh_id: bool = False,
     ) -> RunHandle:
         """Queue a run of ``workflow`` with ``params``; return its handle.
 
         ``run_id`` chooses the run's id (default: a random one); a taken id raises
-        InvalidRunState unless the same ``idempotency_key`` maps to it. A run still queued
-        at ``expires_at`` is never started (it ends cancelled with ``RunExpired``).
+        InvalidRunState unless the same ``idempotency_key`` maps to it. ``fresh_id=True``
+        says ``run_id`` was just made up at random by the caller (a uuid4), so no earlier
+        run can hold it: a store may skip looking for one (an ArchivingStore's archive
+        lookup). A run still queued at ``expires_at`` is never started (it ends cancelled
+        with ``RunExpired``).
 
         ``delay`` (seconds or timedelta) or ``start_at`` (aware datetime) hold the run back.
         A repeated ``idempotency_key`` returns the first run; the same key with other
@@ -217,6 +221,7 @@ class WorkflowClient:
             idempotency_key=idempotency_key,
             run_id=run_id,
             expires_at=expires_at,
+            fresh_id=fresh_id,
         )
         record, _ = await self.store.create_run(new)
         return RunHandle(self.store, record.workflow, record.run_id)
@@ -232,6 +237,7 @@ class WorkflowClient:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         expires_at: datetime | float | None = None,
+        fresh_id: bool = False,
     ) -> NewRun:
         """The run ``submit`` would create, checked, without storing it (the blocking
         client checks in the calling thread, then stores it by the fastest way)."""
@@ -271,7 +277,7 @@ class WorkflowClient:
             start_at=None if start_at is None else epoch(start_at, "start_at"),
             flow=NO_FLOW if definition is None else flow_for(definition, params),
             expires_at=None if expires_at is None else epoch(expires_at, "expires_at"),
-            generated_id=run_id is None,
+            generated_id=run_id is None or fresh_id,
         )
 
     def _check_params(self, definition: WorkflowDefinition, params: Mapping[str, Any]) -> None:

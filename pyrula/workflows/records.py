@@ -98,10 +98,10 @@ class NewRun:
     finds it ends it as cancelled with a ``RunExpired`` error. Cleared by the first claim:
     a run that started never expires."""
     generated_id: bool = False
-    """True when pyrula made ``run_id`` up (a random uuid4: the client's ``submit``
-    without a ``run_id``), so no earlier run can hold it. A store may skip looking for
-    one (an ArchivingStore skips its archive lookup); stores keep nothing of it, and a
-    taken id is refused all the same."""
+    """True when ``run_id`` was made up at random (a uuid4: the client's ``submit``
+    without a ``run_id``, or with ``fresh_id=True``), so no earlier run can hold it. A
+    store may skip looking for one (an ArchivingStore skips its archive lookup); stores
+    keep nothing of it, and a taken id is refused all the same."""
 
 
 @dataclass(frozen=True)

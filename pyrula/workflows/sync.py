@@ -85,6 +85,9 @@ class WorkflowClient:
         self._pid = os.getpid()
         self._closed = False
         self._fast = _fast_path(store)
+        self._archived = self._fast is not None and self._fast.store is not store
+        """The fast path serves the live store of an ArchivingStore: what it does not
+        find there may be in the archive (the async path reads it)."""
         _clients.add(self)
 
     def _ready_fast(self) -> BlockingValkey | None:
@@ -130,6 +133,7 @@ class WorkflowClient:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         expires_at: datetime | float | None = None,
+        fresh_id: bool = False,
     ) -> SyncRunHandle:
         """Queue a run; see the async client's ``submit``."""
         new = self._async.new_run(
@@ -141,8 +145,11 @@ class WorkflowClient:
             idempotency_key=idempotency_key,
             run_id=run_id,
             expires_at=expires_at,
+            fresh_id=fresh_id,
         )
-        fast = self._ready_fast() if idempotency_key is None else None
+        # Through an archive only an id made up at random skips its lookup (see NewRun).
+        direct = idempotency_key is None and (new.generated_id or not self._archived)
+        fast = self._ready_fast() if direct else None
         if fast is not None and fast.create(new):
             return SyncRunHandle(self, self._async.handle(new.workflow, new.run_id))
         record, _ = self._call(self.store.create_run(new))
@@ -152,7 +159,9 @@ class WorkflowClient:
         """The run's record, or None for an unknown id (the store's ``get_run``)."""
         fast = self._ready_fast()
         if fast is not None:
-            return fast.get_run(run_id)
+            found = fast.get_run(run_id)
+            if found is not None or not self._archived:
+                return found
         return self._call(self.store.get_run(run_id))
 
     def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
@@ -160,7 +169,11 @@ class WorkflowClient:
         ``timeout`` seconds pass (or the client closes). Raises RunNotFound."""
         fast = self._ready_fast()
         if fast is not None:
-            return fast.wait_run(run_id, timeout)
+            try:
+                return fast.wait_run(run_id, timeout)
+            except RunNotFound:
+                if not self._archived:
+                    raise
         return self._call(self.store.wait_run(run_id, timeout))
 
     def send_events(
@@ -263,7 +276,13 @@ class SyncRunHandle:
 
 
 def _fast_path(store: Store) -> BlockingValkey | None:
-    """The blocking fast path for a single-node ValkeyStore (else None)."""
+    """The blocking fast path for a single-node ValkeyStore, or for the live one of an
+    ArchivingStore over it (else None)."""
+    if type(store).__module__.startswith("pyrula.workflows.stores.archive"):
+        from pyrula.workflows.stores.archive.archiving import ArchivingStore
+
+        if isinstance(store, ArchivingStore):
+            store = store.live
     if not type(store).__module__.startswith("pyrula.workflows.stores.valkey"):
         return None  # and valkey-py is not imported for other stores
     from pyrula.workflows.stores.valkey.blocking import BlockingValkey

@@ -12,7 +12,7 @@ also has ``name``, ``args``, ``kwargs``, ``worker``, ``retries`` and ``queue``.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.serialization import ErrorInfo
@@ -54,7 +54,10 @@ class Backend:
 
     @property
     def expires(self) -> Any:
-        return self.app.conf.result_expires
+        """``result_expires`` in seconds, as Celery's ``prepare_expires`` gives it (a
+        timedelta setting included); None when results do not expire."""
+        value = self.app.conf.result_expires
+        return value.total_seconds() if isinstance(value, timedelta) else value
 
     def _result(self, task_id: str) -> AsyncResult:
         from pyrula_compat.result import AsyncResult

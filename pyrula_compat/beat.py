@@ -39,6 +39,8 @@ SCHEDULER_NOTE = (
     "(manage them with `pyrula schedules`)"
 )
 """Why a Celery beat scheduler class (``beat_scheduler``, ``pyrula beat -S``) is ignored."""
+DEFAULT_SCHEDULERS = ("celery.beat:PersistentScheduler", "celery.beat.PersistentScheduler")
+"""Celery's default ``beat_scheduler`` (the setting's default): nothing to warn about."""
 
 
 def _params(app: Celery, key: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -96,8 +98,9 @@ def _same(record: Any, wanted: Schedule) -> bool:
 
 async def sync_schedules(app: Celery, store: Store) -> list[str]:
     """Write the app's beat entries to ``store``; return the ids written."""
-    if app.conf.get("beat_scheduler"):
-        log.warning("beat_scheduler=%r ignored: %s", app.conf.beat_scheduler, SCHEDULER_NOTE)
+    scheduler = app.conf.get("beat_scheduler")
+    if scheduler and scheduler not in DEFAULT_SCHEDULERS:
+        log.warning("beat_scheduler=%r ignored: %s", scheduler, SCHEDULER_NOTE)
     written: list[str] = []
     wanted_ids: set[str] = set()
     for wanted in schedules_of(app):

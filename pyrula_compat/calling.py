@@ -6,16 +6,19 @@ needs no key: that saves the key's reservation, a round trip per call).
 ``countdown``/``eta`` hold the run back (``delay``/``start_at``); ``expires`` drops it if
 it has not started by then. Both also go in the task's headers as ISO 8601 strings (a
 countdown as its eta), the worker's ``request.eta``/``request.expires``, as in Celery 5's
-protocol 2 (a worker of an older release takes them as plain headers). An id
-revoked before it was sent names a revoked run already: the task is discarded, its
-result reads REVOKED. ``queue``, ``priority``, ``routing_key`` and the broker options are
-accepted and have no effect.
+protocol 2 (a worker of an older release takes them as plain headers), and so does
+``origin``, the sending process's node name (Celery's ``gen<pid>@<host>``): the worker's
+``request.origin``. An id revoked before it was sent names a revoked run already: the
+task is discarded, its result reads REVOKED. ``queue``, ``priority``, ``routing_key`` and
+the broker options are accepted and have no effect.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
@@ -148,7 +151,7 @@ def submit(
     elif eta is not None:
         start_at = eta
     expires_at = _expiry(options.get("expires"))
-    headers = options.get("headers")
+    headers = {**(options.get("headers") or {}), ORIGIN: options.get("origin") or anon_nodename()}
     if eta is not None or expires_at is not None:  # Celery 5's protocol 2 headers
         headers = {**(headers or {}), **_times(eta, expires_at)}
     hard, soft = options.get("time_limit"), options.get("soft_time_limit")
@@ -163,7 +166,7 @@ def submit(
     try:
         client.submit(
             name, params, run_id=task_id, idempotency_key=key, delay=delay,
-            start_at=start_at, expires_at=expires_at,
+            start_at=start_at, expires_at=expires_at, fresh_id=not chosen,
         )  # fmt: skip
     except (InvalidRunState, IdempotencyConflict) as exc:
         if not chosen:
@@ -221,6 +224,19 @@ def _warn_if_unserved(app: Celery, name: str) -> None:
 
 TIMES = ("eta", "expires")
 """Headers a countdown or a relative expiry computes anew at each send."""
+ORIGIN = "origin"
+"""The header naming the process that sent the task (``request.origin``)."""
+_origin: tuple[int, str] | None = None
+
+
+def anon_nodename() -> str:
+    """This process's node name as Celery's ``anon_nodename()`` makes it for a message's
+    ``origin``: ``gen<pid>@<host name>`` (anew in a forked child)."""
+    global _origin
+    pid = os.getpid()
+    if _origin is None or _origin[0] != pid:
+        _origin = (pid, f"gen{pid}@{socket.gethostname()}")
+    return _origin[1]
 
 
 def _times(eta: datetime | None, expires_at: datetime | None) -> dict[str, str]:
@@ -237,14 +253,17 @@ def _times(eta: datetime | None, expires_at: datetime | None) -> dict[str, str]:
 def _same_submission(record: RunRecord | None, name: str, params: dict[str, Any]) -> bool:
     """Whether ``record`` is this very submission made before (a replayed chain step
     submitting its next step again, or the same ``task_id`` sent twice): same task, same
-    params but for the eta and expiry, which a countdown computes anew each time."""
+    params but for the eta and expiry, which a countdown computes anew each time, and the
+    origin (a replay may run in another process)."""
     if record is None or record.workflow != name:
         return False
     return _stable(json.loads(record.params)) == _stable(json.loads(json.dumps(params)))
 
 
 def _stable(params: dict[str, Any]) -> dict[str, Any]:
-    headers = {k: v for k, v in (params.get("headers") or {}).items() if k not in TIMES}
+    headers = {
+        k: v for k, v in (params.get("headers") or {}).items() if k not in TIMES and k != ORIGIN
+    }
     rest = {k: v for k, v in params.items() if k != "headers"}
     return {**rest, "headers": headers} if headers else rest
 

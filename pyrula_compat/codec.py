@@ -1,15 +1,20 @@
 """Task arguments and results as JSON, with kombu's type tags.
 
 Celery's JSON serializer round-trips ``datetime``, ``date``, ``time``, ``UUID``,
-``Decimal`` and ``bytes`` as ``{"__type__": ..., "__value__": ...}``, and turns tuples
-into lists. This does the same, so task code that passes a datetime keeps receiving a
-datetime. Anything else that is not JSON fails at the call site, as kombu's
-``EncodeError`` does (here: pyrula's ``NotJSONSerializable``, a ``TypeError``).
+``Decimal`` and ``bytes`` as ``{"__type__": ..., "__value__": ...}``, turns tuples
+into lists, and turns ``int``, ``float``, ``bool`` and ``None`` dict keys into strings as
+``json.dumps`` does (``{1: "a"}`` arrives as ``{"1": "a"}``). This does the same, so task
+code that passes a datetime keeps receiving a datetime. Anything else that is not JSON
+(a set, an object, a tuple as a dict key) fails at the call site, as kombu's
+``EncodeError`` does (here: pyrula's ``NotJSONSerializable``, a ``TypeError``). Only task
+arguments, results and headers go through here: a plain pyrula workflow's params keep the
+engine's rule that dict keys are ``str``.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import uuid
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -35,14 +40,41 @@ def _tag(value: Any) -> Any:
     return value  # not ours: the store's encoder names it if it is not JSON
 
 
+def _key(key: Any) -> Any:
+    """A dict key as ``json.dumps`` writes it: ``True`` -> ``"true"``, ``None`` ->
+    ``"null"``, ``1.5`` -> ``"1.5"``, ``nan`` -> ``"NaN"``. A key of another type is kept,
+    for the store's encoder to refuse by name."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, float):
+        if key != key:
+            return "NaN"
+        if key in (math.inf, -math.inf):
+            return "Infinity" if key > 0 else "-Infinity"
+        return float.__repr__(key)
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, int):
+        return int.__repr__(key)
+    return key
+
+
 def to_json(value: Any) -> Any:
-    """A JSON-ready copy of ``value``: tuples become lists, tagged types become tags."""
+    """A JSON-ready copy of ``value``: tuples become lists, tagged types become tags, and
+    int/float/bool/None dict keys become strings (a later key that reads the same wins,
+    as after ``json.loads``)."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]
     if isinstance(value, dict):
-        return {key: to_json(item) for key, item in value.items()}
+        return {
+            (key if type(key) is str else _key(key)): to_json(item) for key, item in value.items()
+        }
     return _tag(value)
 
 

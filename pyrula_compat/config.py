@@ -1,10 +1,16 @@
 """``app.conf``: Celery's settings, by attribute or by key, with old names accepted.
 
-Sources are read lazily, on the first read of any setting, so
-``config_from_object("django.conf:settings", namespace="CELERY")`` in ``proj/celery.py``
-does not import Django settings before Django is ready. Every setting is read when it
-is used, never cached, so ``app.conf.task_always_eager = True`` at run time takes effect
-on the next call.
+Every setting Celery 5.7 documents reads its default (:mod:`pyrula_compat.app.defaults`).
+Sources are read lazily, as Celery reads them: ``config_from_object(...)`` only records
+the source, and the first read of any setting loads the configuration (then the app
+sends ``on_after_configure``), so ``config_from_object("django.conf:settings",
+namespace="CELERY")`` in ``proj/celery.py`` does not import Django settings before
+Django is ready. A source that does not import raises its ``ImportError`` there, and one
+that mixes Celery 3 names (``CELERY_ALWAYS_EAGER``) with new ones (``task_default_queue``)
+raises :class:`ImproperlyConfigured` naming the renames, as Celery's ``detect_settings``
+does. Setting a value (``conf.X = Y``, ``conf.update``) loads nothing. Every setting is
+read when it is used, never cached, so ``app.conf.task_always_eager = True`` at run time
+takes effect on the next call.
 """
 
 from __future__ import annotations
@@ -13,84 +19,50 @@ import copy
 import importlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, MutableMapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
+from pyrula_compat.app.defaults import DEFAULTS, OLD_KEYS
 from pyrula_compat.exceptions import ImproperlyConfigured
 
 log = logging.getLogger("pyrula_compat")
 
-DEFAULTS: dict[str, Any] = {
-    "accept_content": ["json"],
-    "beat_schedule": {},
-    "beat_scheduler": None,
-    "broker_connection_retry_on_startup": None,
-    "broker_transport_options": {},
-    "broker_url": None,
-    "enable_utc": True,
-    "imports": (),
-    "include": (),
-    "result_accept_content": None,
-    "result_backend": None,
-    "result_expires": 86400,
-    "result_extended": False,
-    "result_serializer": "json",
-    "task_acks_late": False,
-    "task_always_eager": False,
-    "task_annotations": None,
-    "task_default_queue": "celery",
-    "task_default_rate_limit": None,
-    "task_eager_propagates": False,
-    "task_ignore_result": False,
-    "task_routes": None,
-    "task_serializer": "json",
-    "task_soft_time_limit": None,
-    "task_store_eager_result": False,
-    "task_time_limit": None,
-    "task_track_started": False,
-    "timezone": None,
-    "worker_concurrency": None,
-    "worker_hijack_root_logger": True,
-    "worker_prefetch_multiplier": 4,
-}
-
-OLD_NAMES: dict[str, str] = {
-    "BROKER_URL": "broker_url",
-    "BROKER_TRANSPORT_OPTIONS": "broker_transport_options",
-    "BROKER_CONNECTION_RETRY_ON_STARTUP": "broker_connection_retry_on_startup",
-    "CELERY_ACCEPT_CONTENT": "accept_content",
-    "CELERY_ACKS_LATE": "task_acks_late",
-    "CELERY_ALWAYS_EAGER": "task_always_eager",
-    "CELERY_ANNOTATIONS": "task_annotations",
-    "CELERY_DEFAULT_QUEUE": "task_default_queue",
-    "CELERY_DEFAULT_RATE_LIMIT": "task_default_rate_limit",
-    "CELERY_EAGER_PROPAGATES_EXCEPTIONS": "task_eager_propagates",
-    "CELERY_ENABLE_UTC": "enable_utc",
-    "CELERY_IGNORE_RESULT": "task_ignore_result",
-    "CELERY_IMPORTS": "imports",
-    "CELERY_INCLUDE": "include",
-    "CELERY_RESULT_BACKEND": "result_backend",
-    "CELERY_RESULT_SERIALIZER": "result_serializer",
-    "CELERY_ROUTES": "task_routes",
-    "CELERY_TASK_RESULT_EXPIRES": "result_expires",
-    "CELERY_TASK_SERIALIZER": "task_serializer",
-    "CELERY_TIMEZONE": "timezone",
-    "CELERY_TRACK_STARTED": "task_track_started",
-    "CELERYBEAT_SCHEDULE": "beat_schedule",
-    "CELERYBEAT_SCHEDULER": "beat_scheduler",
-    "CELERYD_CONCURRENCY": "worker_concurrency",
-    "CELERYD_HIJACK_ROOT_LOGGER": "worker_hijack_root_logger",
-    "CELERYD_MAX_MEMORY_PER_CHILD": "worker_max_memory_per_child",
-    "CELERYD_MAX_TASKS_PER_CHILD": "worker_max_tasks_per_child",
-    "CELERYD_PREFETCH_MULTIPLIER": "worker_prefetch_multiplier",
-    "CELERYD_TASK_SOFT_TIME_LIMIT": "task_soft_time_limit",
-    "CELERYD_TASK_TIME_LIMIT": "task_time_limit",
-    "CELERY_RESULT_EXTENDED": "result_extended",
-}
-"""Celery 3 setting names and their Celery 4+ names."""
+OLD_NAMES: dict[str, str] = {**OLD_KEYS, "CELERY_ENABLE_UTC": "enable_utc"}
+"""Celery 3 setting names and their Celery 4+ names: Celery's, and ``CELERY_ENABLE_UTC``
+(Celery 3's name, which Celery 4+ spells ``ENABLE_UTC``)."""
+TO_OLD_NAME: dict[str, str] = {new: old for old, new in OLD_KEYS.items()}
+SETTING_KEYS = frozenset(DEFAULTS)
 
 ENV_OVERRIDES = {"broker_url": "CELERY_BROKER_URL", "result_backend": "CELERY_RESULT_BACKEND"}
 """Environment variables that override what the app passes, as in Celery."""
+
+E_MIX_OLD_INTO_NEW = """
+
+Cannot mix new and old setting keys, please rename the
+following settings to the new format:
+
+{renames}
+
+"""
+E_MIX_NEW_INTO_OLD = """
+
+Cannot mix new setting names with old setting names, please
+rename the following settings to use the old format:
+
+{renames}
+
+Or change all of the settings to use the new format :)
+
+"""
+"""Celery's messages (``celery.app.utils``) for a source that mixes the two styles."""
+
+
+class ConfigurationNotFound(ModuleNotFoundError, ImproperlyConfigured):
+    """``config_from_object(source, force=True)`` of a module or attribute that does not
+    import: an ``ImportError`` (``ModuleNotFoundError``), as Celery raises, and an
+    :class:`ImproperlyConfigured`, which pyrula's command line (``--config``) reports as a
+    usage error. Read lazily (without ``force``), the source's own error is raised."""
 
 
 def new_name(key: str, namespace: str | None = None) -> str | None:
@@ -122,17 +94,35 @@ def new_name(key: str, namespace: str | None = None) -> str | None:
     return None
 
 
-def _settings_of(obj: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(obj, Mapping):
-        yield from obj.items()
+def check_not_mixed(keys: set[str]) -> None:
+    """Raise :class:`ImproperlyConfigured` when ``keys`` (a source's, read without a
+    namespace) use both Celery 3 names and new ones, as Celery does: the minority style
+    is listed with its renames (the old names when there are as many of each). A setting
+    given under both of its names is not listed."""
+    new, old = keys & SETTING_KEYS, keys & OLD_NAMES.keys()
+    if not (new and old):
         return
+    if len(old) > len(new):
+        left, convert, message = new, TO_OLD_NAME, E_MIX_NEW_INTO_OLD
+    else:
+        left, convert, message = old, OLD_NAMES, E_MIX_OLD_INTO_NEW
+    renames = [f"{key:<36} -> {convert[key]}" for key in sorted(left) if convert[key] not in keys]
+    if renames:
+        raise ImproperlyConfigured(message.format(renames="\n".join(renames)))
+
+
+def _settings_of(obj: Any) -> list[tuple[str, Any]]:
+    if isinstance(obj, Mapping):
+        return list(obj.items())
+    found: list[tuple[str, Any]] = []
     for key in dir(obj):
         if key.startswith("_"):
             continue
         try:
-            yield key, getattr(obj, key)
+            found.append((key, getattr(obj, key)))
         except Exception:  # a lazy Django setting that cannot be read: not ours
             continue
+    return found
 
 
 def load_object(source: Any) -> Any:
@@ -151,16 +141,28 @@ def load_object(source: Any) -> Any:
         return getattr(importlib.import_module(module_name), attr)
 
 
+Hook = Callable[[], None]
+_MISSING = object()
+
+
 class Settings(MutableMapping[str, Any]):
-    """Celery's ``app.conf``: a mapping whose keys are also attributes."""
+    """Celery's ``app.conf``: a mapping whose keys are also attributes.
+
+    Values come from, highest first: what was set at run time or given to the app,
+    the configuration sources, ``add_defaults``, then Celery's defaults.
+    """
 
     def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
         # Each app its own copies of the mutable defaults: add_periodic_task on one app
         # must not add the entry to every other app's beat_schedule.
-        object.__setattr__(self, "_data", copy.deepcopy(DEFAULTS))
+        object.__setattr__(self, "_defaults", copy.deepcopy(DEFAULTS))
+        object.__setattr__(self, "_data", {})
         object.__setattr__(self, "_changes", {})
         object.__setattr__(self, "_pending", [])
         object.__setattr__(self, "_preconf", set())
+        object.__setattr__(self, "_configured", False)
+        object.__setattr__(self, "_hooks", (None, None))
+        object.__setattr__(self, "_lock", threading.RLock())  # receivers may read settings
         if initial:
             self.update(initial)
 
@@ -168,60 +170,127 @@ class Settings(MutableMapping[str, Any]):
     def preconfigure(self, key: str, value: Any) -> None:
         """A value the app was built with (``Celery(broker=...)``): a configuration
         source read later does not override it, as in Celery."""
-        self._data[key] = value
-        self._preconf.add(key)
+        name = OLD_NAMES.get(key, key)
+        self._data[name] = value
+        self._preconf.add(name)
 
     def add_source(self, source: Any, namespace: str | None, silent: bool) -> None:
         """Read ``source`` on the next access (``config_from_object``)."""
         self._pending.append((source, namespace, silent))
 
-    def _load_pending(self) -> None:
+    def add_defaults(self, values: Mapping[str, Any]) -> None:
+        """Defaults above Celery's: any source or setting wins over them."""
+        self._defaults.update({OLD_NAMES.get(k, k): v for k, v in values.items()})
+
+    def on_load(self, before: Hook | None, after: Hook | None) -> None:
+        """Call ``before`` as the configuration loads and ``after`` once it has (the app's
+        ``on_configure`` and ``on_after_configure``)."""
+        object.__setattr__(self, "_hooks", (before, after))
+
+    @property
+    def configured(self) -> bool:
+        """Whether the configuration was loaded (by a read, or ``load()``)."""
+        return bool(self._configured)
+
+    def load(self, strict: bool = False) -> None:
+        """Load the configuration now (``config_from_object(..., force=True)``): with
+        ``strict``, a source that does not import raises :class:`ConfigurationNotFound`."""
+        with self._lock:
+            if not self._configured:
+                self._configure(strict)
+            else:
+                self._load_pending(strict)
+
+    def _configure(self, strict: bool) -> None:
+        before, after = self._hooks
+        object.__setattr__(self, "_configured", True)  # receivers may read settings
+        try:
+            if before is not None:
+                before()
+            self._load_pending(strict)
+        except BaseException:
+            object.__setattr__(self, "_configured", False)  # the next read tries again
+            raise
+        if after is not None:
+            after()
+
+    def _ensure(self) -> None:
+        with self._lock:  # two threads reading first: one loads, the other waits
+            if not self._configured:
+                self._configure(False)
+            elif self._pending:
+                self._load_pending(False)
+
+    def _load_pending(self, strict: bool) -> None:
         pending: list[tuple[Any, str | None, bool]] = self._pending
         while pending:
-            source, namespace, silent = pending.pop(0)
+            source, namespace, silent = pending[0]
             try:
                 obj = load_object(source)
             except (ImportError, AttributeError) as exc:
                 if silent:
+                    pending.pop(0)
                     continue
-                raise ImproperlyConfigured(f"cannot load configuration {source!r}: {exc}") from exc
-            for key, value in _settings_of(obj):
+                if strict:
+                    raise ConfigurationNotFound(
+                        f"cannot load configuration {source!r}: {exc}",
+                        name=getattr(exc, "name", None),
+                    ) from exc
+                if isinstance(exc, AttributeError):  # as Celery: not swallowed by getattr
+                    raise ModuleNotFoundError(*exc.args) from exc
+                raise
+            found = _settings_of(obj)
+            if namespace is None:
+                check_not_mixed({key for key, _ in found})
+            pending.pop(0)
+            for key, value in found:
                 name = new_name(key, namespace)
                 if name is not None and name not in self._preconf and name not in self._changes:
                     self._data[name] = value
 
     # -- mapping -----------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
-        if self._pending:  # read on every task call: skip the call when nothing waits
-            self._load_pending()
+        if self._pending or not self._configured:  # read on every task call: cheap
+            self._ensure()
         name = OLD_NAMES.get(key, key)
         if name in ENV_OVERRIDES:  # as in Celery, the environment wins over the app
             value = os.environ.get(ENV_OVERRIDES[name])
             if value:
                 return value
-        return self._data[name]
+        try:
+            return self._data[name]
+        except KeyError:
+            return self._defaults[name]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self._load_pending()
         name = OLD_NAMES.get(key, key)
         self._data[name] = value
         self._changes[name] = value
 
     def __delitem__(self, key: str) -> None:
-        self._load_pending()
-        del self._data[OLD_NAMES.get(key, key)]
+        self._ensure()
+        name = OLD_NAMES.get(key, key)
+        changed = self._changes.pop(name, _MISSING) is not _MISSING
+        if self._data.pop(name, _MISSING) is _MISSING and not changed:
+            raise KeyError(key)  # a default, or no setting: nothing to delete
+
+    def _keys(self) -> list[str]:
+        return list(dict.fromkeys([*self._defaults, *self._data]))
 
     def __iter__(self) -> Iterator[str]:
-        self._load_pending()
-        return iter(list(self._data))
+        self._ensure()
+        return iter(self._keys())
 
     def __len__(self) -> int:
-        self._load_pending()
-        return len(self._data)
+        self._ensure()
+        return len(self._keys())
 
     def __contains__(self, key: object) -> bool:
-        self._load_pending()
-        return isinstance(key, str) and OLD_NAMES.get(key, key) in self._data
+        self._ensure()
+        if not isinstance(key, str):
+            return False
+        name = OLD_NAMES.get(key, key)
+        return name in self._data or name in self._defaults
 
     # -- attributes --------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -238,8 +307,29 @@ class Settings(MutableMapping[str, Any]):
         else:
             self[name] = value
 
-    def __repr__(self) -> str:
-        return f"<Settings: {len(self)} keys>"
+    def __repr__(self) -> str:  # reads nothing: a repr in a log must not load settings
+        return f"<Settings: {len(self._keys())} keys>"
+
+    def peek(self, key: str, default: Any = None) -> Any:
+        """``key``'s value as it stands, without loading the configuration: what the app
+        was given and what was set, else the default (for pyrula's own reads while tasks
+        are registered, which must not load the configuration)."""
+        name = OLD_NAMES.get(key, key)
+        return self._data[name] if name in self._data else self._defaults.get(name, default)
+
+    def first(self, *keys: str) -> Any:
+        """The first of ``keys`` whose value is not None."""
+        return next((v for v in (self.get(k) for k in keys) if v is not None), None)
+
+    @property
+    def task_default_exchange(self) -> Any:
+        """Celery's: ``task_default_exchange``, else the default queue's name."""
+        return self.first("task_default_exchange", "task_default_queue")
+
+    @property
+    def task_default_routing_key(self) -> Any:
+        """Celery's: ``task_default_routing_key``, else the default queue's name."""
+        return self.first("task_default_routing_key", "task_default_queue")
 
     @property
     def changes(self) -> dict[str, Any]:
@@ -247,7 +337,7 @@ class Settings(MutableMapping[str, Any]):
         return dict(self._changes)
 
     def humanize(self) -> str:
-        return "\n".join(f"{key}: {self._data[key]!r}" for key in sorted(self))
+        return "\n".join(f"{key}: {self[key]!r}" for key in sorted(self))
 
     def find_option(self, name: str) -> Any:
         return self[name]

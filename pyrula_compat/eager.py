@@ -2,19 +2,30 @@
 
 No worker, no store: the body runs here under the same attempt code a worker uses, so
 hooks, signals and autoretry behave the same. Retries loop at once (countdowns are
-ignored, as in Celery), arguments go through the JSON round trip (tuples become
-lists), and a failure is captured in the :class:`EagerResult` unless ``throw`` or
-``task_eager_propagates`` asks for it to be raised. With ``task_store_eager_result``
-the outcome is also recorded in the store under the task id (:mod:`pyrula_compat.recorded`).
+ignored, as in Celery), and a failure is captured in the :class:`EagerResult` unless
+``throw`` or ``task_eager_propagates`` asks for it to be raised. With
+``task_store_eager_result`` the outcome is also recorded in the store under the task id
+(:mod:`pyrula_compat.recorded`).
+
+Arguments: Celery's eager ``apply_async``/``delay`` sends them through the serializer and
+back before it calls ``apply()`` (its ``apply()`` itself does not, and neither result is
+serialized). :func:`serialized` is that round trip with the encoding the worker path
+uses (:mod:`pyrula_compat.codec`, then the store client's JSON encoder): tuples become
+lists, ``{1: "a"}`` becomes ``{"1": "a"}``, and what a worker could not be sent (a model
+instance, a set, a tuple key) raises the same ``NotJSONSerializable`` at the call.
+:func:`apply` does it unless told ``serialize=False``; ``options`` (``priority``,
+``exchange``, ``routing_key``) show in ``request.delivery_info`` as in Celery.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import InvalidRunState
+from pyrula.workflows.serialization import decode, encode
 from pyrula_compat import codec, states
 from pyrula_compat.app.task import Context
 from pyrula_compat.execution import run_attempt
@@ -29,10 +40,22 @@ MAX_EAGER_RETRIES = 10_000
 """A task retrying forever in eager mode stops here (Celery loops without end)."""
 
 
+def serialized(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """``args``/``kwargs`` after the trip a worker's would make (what Celery's eager
+    ``apply_async`` does with its serializer): encoded as :func:`calling.task_params
+    <pyrula_compat.calling.task_params>` and the store client encode them, then decoded.
+
+    Raises NotJSONSerializable (a TypeError) naming what is not JSON, or PayloadTooLarge,
+    as sending them to a worker would."""
+    params = {"args": codec.to_json(list(args)), "kwargs": codec.to_json(dict(kwargs))}
+    decoded = decode(encode(params, what="params", canonical=True))
+    return codec.from_json(decoded["args"]), codec.from_json(decoded["kwargs"])
+
+
 def apply(
     task: Task,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
     *,
     task_id: str | None = None,
     link: Any = None,
@@ -40,22 +63,33 @@ def apply(
     retries: int = 0,
     throw: bool | None = None,
     headers: Any = None,
+    options: Mapping[str, Any] | None = None,
+    serialize: bool = True,
 ) -> EagerResult:
-    """Run ``task`` here; return an EagerResult."""
+    """Run ``task`` here; return an EagerResult. ``serialize``: pass the arguments through
+    :func:`serialized` first (False: the body gets them as given, as Celery's ``apply()``
+    does). ``options``: the call's options (``priority``... for ``delivery_info``)."""
     app = task.app
     task_id = task_id or uuid()
     if throw is None:
         throw = bool(app.conf.task_eager_propagates)
-    call_args: list[Any] = codec.from_json(codec.to_json(list(args)))
-    call_kwargs: dict[str, Any] = codec.from_json(codec.to_json(dict(kwargs)))
+    call_args: Sequence[Any]
+    if serialize:
+        call_args, call_kwargs = serialized(args, kwargs)
+    else:
+        call_args, call_kwargs = args, dict(kwargs)
+    opts = options or {}
+    delivery_info = {
+        "is_eager": True, "exchange": opts.get("exchange"),
+        "routing_key": opts.get("routing_key"), "priority": opts.get("priority"),
+    }  # fmt: skip
     start = retries
     while True:
         request = Context(
             id=task_id, args=call_args, kwargs=call_kwargs, retries=retries, is_eager=True,
             called_directly=False, hostname=socket.gethostname(), root_id=task_id,
             headers=headers or {}, task=task.name, callbacks=link, errbacks=link_error,
-            delivery_info={"is_eager": True, "exchange": None, "routing_key": None,
-                           "priority": None},
+            delivery_info=dict(delivery_info),
         )  # fmt: skip
         attempt = run_attempt(task, request)
         if attempt.kind != "retry" or retries - start >= MAX_EAGER_RETRIES:
@@ -99,7 +133,7 @@ def _sigs(value: Any, app: Any) -> list[Any]:
 def _store(
     task: Task,
     task_id: str,
-    args: list[Any],
+    args: Sequence[Any],
     kwargs: dict[str, Any],
     state: str,
     value: Any,

@@ -135,8 +135,11 @@ class TimeoutError(TaskError):
     """``AsyncResult.get(timeout=...)`` elapsed before the task finished."""
 
 
-class ImproperlyConfigured(ConfigurationError):
-    """A setting cannot work (a broker pyrula cannot use, a pickle serializer, ...)."""
+class ImproperlyConfigured(CeleryError, ConfigurationError):
+    """A setting cannot work (a broker pyrula cannot use, a pickle serializer, ...).
+
+    A :class:`CeleryError`, as in Celery, and a pyrula ``ConfigurationError`` (which
+    pyrula's command line reports as a usage error)."""
 
 
 class NotConfigured(UserWarning):

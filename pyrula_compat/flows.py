@@ -39,9 +39,10 @@ from pyrula.workflows.engine.control import CancelRequested, LeaseGone
 from pyrula.workflows.registry import Registry
 from pyrula_compat import codec, errors, replace, states, trail, worker_signals
 from pyrula_compat.app.task import Context
-from pyrula_compat.calling import TIMES, eta_datetime
+from pyrula_compat.calling import ORIGIN, TIMES, aware, eta_datetime
 from pyrula_compat.canvas import GENERATED_ID
 from pyrula_compat.execution import Attempt, run_attempt
+from pyrula_compat.runstate import EXPIRED_INFO
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
@@ -50,7 +51,8 @@ log = logging.getLogger("pyrula_compat.worker")
 
 ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 """Attempt steps never retry by themselves: the task's own retry rules decide."""
-HOSTNAME = f"pyrula@{socket.gethostname()}"
+NOT_CUSTOM = (*TIMES, ORIGIN)
+"""Headers that are request fields of their own, not ``request.headers``."""
 _STRICT_JSON = json.JSONEncoder(allow_nan=False)  # built once: json.dumps builds one a call
 
 
@@ -99,12 +101,15 @@ def _attempt_step(
     retries: int,
     meta: dict[str, Any],
 ) -> dict[str, Any]:
+    if retries and _expired(step_ctx, app, meta):  # a retry carries the task's expiry
+        meta["_expired"] = True
+        return {"kind": "expired"}
     task = app.tasks[name]
     chain = meta.get("chain")
-    headers = {k: v for k, v in meta["_headers"].items() if k not in TIMES}
+    headers = {k: v for k, v in meta["_headers"].items() if k not in NOT_CUSTOM}
     request = Context(
         id=step_ctx.run_id, args=codec.from_json(args), kwargs=codec.from_json(kwargs),
-        retries=retries, is_eager=False, called_directly=False, hostname=HOSTNAME,
+        retries=retries, is_eager=False, called_directly=False, hostname=hostname(),
         root_id=meta.get("root_id") or step_ctx.run_id, parent_id=meta.get("parent_id"),
         group=meta.get("group_id"), group_index=meta.get("group_index"),
         chain=list(reversed(chain)) if chain else None, callbacks=meta.get("link"),
@@ -113,7 +118,8 @@ def _attempt_step(
         replaced_task_nesting=headers.get("replaced_task_nesting", 0),
         delivery_info={"exchange": "", "routing_key": "celery", "priority": None,
                        "redelivered": step_ctx.attempt > 1},
-        task=name, correlation_id=step_ctx.run_id, reply_to=None, origin=HOSTNAME,
+        task=name, correlation_id=step_ctx.run_id, reply_to=None,
+        origin=meta["_headers"].get(ORIGIN),
         eta=meta.get("eta"), expires=meta.get("expires"),
     )  # fmt: skip
     request._step = step_ctx
@@ -165,7 +171,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             "chain": chain, "link": link, "link_error": link_error, "headers": headers,
             "root_id": root_id, "parent_id": parent_id, "group_id": group_id,
             "group_index": group_index, "eta": (headers or {}).get("eta"),
-            "expires": (headers or {}).get("expires"),
+            "expires": (headers or {}).get("expires"), "expires_in": expires_in,
             "_guards": guards,
             "_headers": codec.from_json(headers) or {},  # decoded once for every attempt
         }  # fmt: skip
@@ -195,8 +201,8 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
     ) -> Any:
         chain, link, link_error = meta["chain"], meta["link"], meta["link_error"]
         root_id = meta["root_id"]
-        if expires_in is not None and await ctx.step(
-            "expiry", _expire_if_late, app, ctx.run_id, expires_in
+        if expires_in is not None and await Step(_expire_if_late, name="expiry")(
+            app, ctx.run_id, expires_in
         ):
             meta["_expired"] = True
             await ctx.step("expired", _noop)  # the cancel takes effect at this boundary
@@ -211,6 +217,10 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
                 timeout=hard or None,
             )  # fmt: skip
             outcome = await attempt(app, name, call_args, call_kwargs, retries, meta)
+            if outcome["kind"] == "expired":  # _attempt_step cancelled the run
+                meta["_expired"] = True
+                await ctx.step(f"expired-{retries}", _noop)  # the cancel takes effect here
+                raise CancelRequested()
             if outcome["kind"] != "retry":
                 break
             if outcome.get("eta") is not None:
@@ -251,13 +261,41 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
     return definition
 
 
-def _expire_if_late(app: Celery, run_id: str, expires_in: float) -> bool:
-    """Revoke this run if it started more than ``expires_in`` seconds after it was
-    created (a beat entry's ``expires`` option)."""
+def hostname() -> str:
+    """``request.hostname``: the node name of the worker serving here (``pyrula worker
+    -n``, by default Celery's ``celery@<host>``)."""
+    consumer = worker_signals.consumer
+    name = getattr(consumer, "hostname", None) if consumer is not None else None
+    return name or f"celery@{socket.gethostname()}"
+
+
+def _expire_if_late(step_ctx: StepContext, app: Celery, run_id: str, expires_in: float) -> bool:
+    """Revoke this run, as expired, if it started more than ``expires_in`` seconds after
+    it was created (a beat entry's ``expires`` option)."""
     handle = app.client().handle("", run_id)
     record = handle.record()
     if (record.started_at or time.time()) - record.created_at <= expires_in:
         return False
+    step_ctx.set_progress(states.REVOKED, EXPIRED_INFO)
+    handle.cancel()
+    return True
+
+
+def _expired(step_ctx: StepContext, app: Celery, meta: dict[str, Any]) -> bool:
+    """Before a retry: revoke the run, as expired, if the task's expiry has passed (the
+    ``expires`` it was sent with, or a beat entry's ``expires`` counted from its
+    creation), as Celery's worker discards a retry that arrives after it."""
+    expires, expires_in = meta.get("expires"), meta.get("expires_in")
+    if expires is None and expires_in is None:
+        return False
+    handle = app.client().handle("", step_ctx.run_id)
+    if expires is not None:
+        deadline = aware(datetime.fromisoformat(expires)).timestamp()
+    else:
+        deadline = handle.record().created_at + float(expires_in or 0)
+    if time.time() < deadline:
+        return False
+    step_ctx.set_progress(states.REVOKED, EXPIRED_INFO)
     handle.cancel()
     return True
 

@@ -251,6 +251,9 @@ class AsyncResult(ResultBase):
         ``timeout`` (seconds) raises :class:`TimeoutError`; ``propagate=False`` returns
         the exception instead of raising it. A revoked or expired task raises
         :class:`TaskRevokedError`. Waiting sleeps until the store says the run ended.
+        ``callback(task_id, value)`` is called with what is returned, as Celery's
+        ``maybe_throw`` calls it: not when it raises, and (as in Celery) not when the
+        result had already been read and ``propagate`` is false.
         """
         if self.ignored:
             return None
@@ -264,6 +267,8 @@ class AsyncResult(ResultBase):
                 "or wrap it in allow_join_result() if you must (it holds a worker slot "
                 "while it waits)."
             )
+        if not propagate and self._cache is not None:
+            callback = None  # Celery's cached path returns .result without calling it
         deadline = None if timeout is None else time.monotonic() + timeout
         record = self._wait(deadline, interval)
         if record is None:
@@ -272,12 +277,15 @@ class AsyncResult(ResultBase):
         if on_message is not None:
             on_message({"status": state, "result": info_of(record), "task_id": self.id})
         if state == states.SUCCESS:
-            return codec.from_json(decode(record.result))
-        failure = self._parent_failure() if follow_parents else None
-        exc = failure if failure is not None else info_of(record)
-        if propagate:
-            raise exc
-        return exc
+            value = codec.from_json(decode(record.result))
+        else:
+            failure = self._parent_failure() if follow_parents else None
+            value = failure if failure is not None else info_of(record)
+            if propagate:
+                raise value
+        if callback is not None:
+            callback(self.id, value)
+        return value
 
     wait = get
 

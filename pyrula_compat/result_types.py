@@ -153,24 +153,29 @@ class ResultSet(ResultBase):
         timeout: float | None = None,
         propagate: bool = True,
         interval: float = 0.5,
+        callback: Any = None,
         disable_sync_subtasks: bool = True,
         **kwargs: Any,
     ) -> list[Any]:
         """The members' values in order; the first failure is raised (``propagate``),
-        or left in the list as its exception (``propagate=False``)."""
+        or left in the list as its exception (``propagate=False``). With ``callback``,
+        each member's ``callback(task_id, value)`` is called instead, in order, and the
+        list is empty (Celery's ``join``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         values: list[Any] = []
         for member in self.results:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            values.append(
-                member.get(
-                    timeout=remaining,
-                    propagate=propagate,
-                    interval=interval,
-                    disable_sync_subtasks=disable_sync_subtasks,
-                    follow_parents=False,
-                )
+            value = member.get(
+                timeout=remaining,
+                propagate=propagate,
+                interval=interval,
+                disable_sync_subtasks=disable_sync_subtasks,
+                follow_parents=False,
             )
+            if callback is not None:
+                callback(member.id, value)
+            else:
+                values.append(value)
         return values
 
     join = get

@@ -18,6 +18,10 @@ from pyrula_compat import codec, errors, states
 from pyrula_compat.exceptions import TaskRevokedError
 
 EXPIRED_ERROR = "RunExpired"
+EXPIRED_INFO = {"expired": True}
+"""The progress info (with the state ``REVOKED``) of a task its worker revoked because
+it expired: a retry due after the task's ``expires``, or a beat entry's run that started
+too late. A run the store expired while queued carries a ``RunExpired`` error instead."""
 SAVED_GROUP = "celery.group"
 """The name of the run ``GroupResult.save()`` leaves (cancelled at once: it only holds
 the group's results, until ``result_expires`` purges it as any result)."""
@@ -57,7 +61,9 @@ def state_of(record: RunRecord | None) -> str:
 
 
 def _revoked_error(record: RunRecord) -> TaskRevokedError:
-    expired = bool(record.error and EXPIRED_ERROR in record.error)
+    expired = bool(record.error and EXPIRED_ERROR in record.error) or (
+        record.progress_state == states.REVOKED and decode(record.progress_info) == EXPIRED_INFO
+    )
     return TaskRevokedError("expired" if expired else "revoked")
 
 

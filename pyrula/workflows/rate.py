@@ -1,7 +1,7 @@
 """Rate limits and per-owner concurrency: flow control enforced by the store.
 
 ``@workflow(rate_limit=Rate(per_second=10))`` lets every worker together start at most
-ten runs of the workflow a second (Celery's ``rate_limit`` is per worker process; this
+ten runs of the workflow a second (Celery's ``rate_limit`` is per worker instance; this
 one is shared). ``key`` splits the limit: a string is formatted with the run's params
 (``Rate(key="api:{customer_id}", per_second=5)``), a callable gets the params dict.
 ``@workflow(owner_concurrency=N)`` caps running runs per owner (tenant).

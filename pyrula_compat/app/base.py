@@ -14,8 +14,11 @@ from zoneinfo import ZoneInfo
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.sync import WorkflowClient
 from pyrula_compat import _state, store
+from pyrula_compat.app import localtz
 from pyrula_compat.app.annotations import annotate
+from pyrula_compat.app.configure import ConfigureSignal, add_periodic, periodic_entry
 from pyrula_compat.app.control import Control
+from pyrula_compat.app.from_config import fill_from_config, own_value
 from pyrula_compat.app.registry import (  # noqa: F401  (shared_task: Celery's path too)
     TaskRegistry,
     _django_apps,
@@ -93,12 +96,15 @@ class Celery:
         """The pyrula workflows of this app's tasks: what ``pyrula worker -A`` serves."""
         self.control = Control(self)
         self._autodiscover: list[tuple[Any, str]] = []
-        self._periodic: list[tuple[str, dict[str, Any]]] = []
+        self._pending_periodic: list[tuple[str, dict[str, Any], str | None]] = []
+        self._pending_defaults: list[Callable[[], Any]] = []
+        self._served_rates: dict[str, Any] = {}
         self._client_lock = threading.Lock()
         self._client_key: tuple[Any, ...] | None = None
         self._client: WorkflowClient | None = None
         self.on_configure = Signal("on_configure")
-        self.on_after_configure = Signal("on_after_configure")
+        self.on_after_configure = ConfigureSignal("on_after_configure", self.conf)
+        self.conf.on_load(self._configuring, self._configured)
         self.on_after_finalize = Signal("on_after_finalize")
         self.on_after_fork = Signal("on_after_fork")
         self.finalized = False
@@ -121,15 +127,37 @@ class Celery:
         raise TypeError("a Celery app is not picklable; refer to it by module path")
 
     # -- configuration -------------------------------------------------------------------
+    @property
+    def configured(self) -> bool:
+        """Whether the configuration was loaded (the first read of ``app.conf``)."""
+        return self.conf.configured
+
+    def _configuring(self) -> None:
+        self.on_configure.send(sender=self)
+
+    def _configured(self) -> None:
+        """The configuration was loaded (the first read of a setting, in any process): as
+        Celery's ``_load_config``, apply ``add_defaults`` and ``add_periodic_task`` calls
+        made before, then send ``on_after_configure``. Tasks registered before read their
+        annotations and rate limits now."""
+        while self._pending_defaults:
+            self.conf.add_defaults(dict(self._pending_defaults.pop(0)()))
+        while self._pending_periodic:
+            add_periodic(self, *self._pending_periodic.pop(0))
+        self._apply_settings_to_tasks()
+        self.on_after_configure.fire(sender=self, source=self.conf)
+
     def config_from_object(
         self, obj: Any, silent: bool = False, force: bool = False, namespace: str | None = None
     ) -> None:
         """Read settings from a module path, ``"module:attr"``, an object or a dict,
-        lazily. With ``namespace="CELERY"``, ``CELERY_BROKER_URL`` is ``broker_url``."""
+        lazily (on the first read of a setting; ``force``: now). With
+        ``namespace="CELERY"``, ``CELERY_BROKER_URL`` is ``broker_url``. A source that
+        does not import raises its ``ImportError`` then, unless ``silent``."""
         self.namespace = namespace or self.namespace
         self.conf.add_source(obj, namespace, silent)
         if force:
-            self.conf._load_pending()
+            self.conf.load(strict=True)
 
     def config_from_envvar(
         self, variable_name: str, silent: bool = False, force: bool = False
@@ -142,22 +170,30 @@ class Celery:
         self.config_from_object(module_name, silent=silent, force=force)
 
     def add_defaults(self, fun: Any) -> None:
-        values = fun() if callable(fun) else fun
-        for key, value in dict(values).items():
-            self.conf.setdefault(key, value)
+        """Defaults under every other source: a dict, or a callable returning one (called
+        when the configuration loads)."""
+        values = fun
+        loader: Callable[[], Any] = fun if callable(fun) else (lambda: values)
+        if self.conf.configured:
+            self.conf.add_defaults(dict(loader()))
+        else:
+            self._pending_defaults.append(loader)
 
     @property
     def timezone(self) -> tzinfo:
-        return ZoneInfo(self.timezone_name())
-
-    def timezone_name(self) -> str:
-        """``conf.timezone``, else UTC (or ``$TZ`` when ``enable_utc`` is off)."""
+        """``conf.timezone``, else UTC, or with ``enable_utc`` off the machine's local
+        time zone (:func:`~pyrula_compat.app.localtz.local_zone`), as in Celery."""
         name = self.conf.timezone
         if name:
-            return str(name)
-        if not self.conf.enable_utc and os.environ.get("TZ"):
-            return os.environ["TZ"]
-        return "UTC"
+            return name if isinstance(name, tzinfo) else ZoneInfo(str(name))
+        if self.conf.enable_utc:
+            return ZoneInfo("UTC")
+        return localtz.local_zone()
+
+    def timezone_name(self) -> str:
+        """The name of :attr:`timezone` (what crontab schedules are read in)."""
+        name = self.conf.timezone
+        return name if name and isinstance(name, str) else localtz.zone_name(self.timezone)
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc).astimezone(self.timezone)
@@ -254,18 +290,37 @@ class Celery:
         """Add ``task`` to this app and serve it as the workflow of the same name."""
         if isinstance(task, type):
             task = task()
-        annotate(task, self.conf.get("task_annotations"))
+        fill_from_config(task)
+        conf = self.conf  # registering loads no configuration: it applies when loaded
+        annotate(
+            task, conf.get("task_annotations") if conf.configured else conf.peek("task_annotations")
+        )
         self._tasks.register(task)
         self._serve(task)
         return task
 
-    def _serve(self, task: TaskBase) -> None:
-        """Serve ``task`` as the workflow of its name, under its rate limit."""
+    def _serve(self, task: TaskBase, only_if_changed: bool = False) -> None:
+        """Serve ``task`` as the workflow of its name, under its rate limit (its own, else
+        ``task_default_rate_limit`` once the configuration is loaded)."""
         from pyrula_compat import flows
 
-        rate = parse_rate(task.rate_limit or self.conf.get("task_default_rate_limit"))
+        conf = self.conf
+        default = conf.get if conf.configured else conf.peek
+        rate = parse_rate(own_value(task, "rate_limit") or default("task_default_rate_limit"))
+        if only_if_changed and self._served_rates.get(task.name, rate) == rate:
+            return
+        self._served_rates[task.name] = rate
         definition = flows.make_task_workflow(self, task.name, self.registry, rate)
         store.compat_registry.register(definition)
+
+    def _apply_settings_to_tasks(self) -> None:
+        """Annotations, and rate limits from them or ``task_default_rate_limit``, of the
+        tasks registered before the configuration loaded (or before they were set)."""
+        setting = self.conf.get("task_annotations")
+        for task in list(self._tasks._tasks.values()):
+            if setting:
+                annotate(task, setting)
+            self._serve(task, only_if_changed=True)
 
     def finalize(self, auto: bool = False) -> None:
         if self.finalized:
@@ -273,12 +328,7 @@ class Celery:
         self.finalized = True
         # Annotations set after tasks were registered (shared tasks are, as an app is
         # made) apply now, as Celery applies them when it finalizes.
-        setting = self.conf.get("task_annotations")
-        for task in list(self._tasks._tasks.values()) if setting else []:
-            rate = task.rate_limit
-            annotate(task, setting)
-            if task.rate_limit != rate:
-                self._serve(task)
+        self._apply_settings_to_tasks()
         self.on_after_finalize.send(sender=self)
 
     def _add_builtin_tasks(self) -> None:
@@ -403,16 +453,14 @@ class Celery:
         name: str | None = None,
         **opts: Any,
     ) -> str:
-        """Add a ``beat_schedule`` entry (synced to the store when the worker starts)."""
-        key = name or repr(sig)
-        entry = {
-            "task": sig.task if hasattr(sig, "task") else str(sig),
-            "schedule": schedule,
-            "args": tuple(getattr(sig, "args", ()) or args),
-            "kwargs": dict(getattr(sig, "kwargs", {}) or dict(kwargs or {})),
-            "options": {**dict(getattr(sig, "options", {}) or {}), **opts},
-        }
-        self.conf.beat_schedule[key] = entry
+        """Add a ``beat_schedule`` entry (synced to the store when the worker starts) under
+        ``name``, else ``repr`` of the signature, as Celery names it. Before the
+        configuration is loaded, the entry is added when it is."""
+        key, entry = periodic_entry(self, schedule, sig, args, kwargs, name, opts)
+        if self.conf.configured:
+            add_periodic(self, key, entry, name)
+        else:
+            self._pending_periodic.append((key, entry, name))
         return key
 
     # -- current -----------------------------------------------------------------------

@@ -8,19 +8,23 @@ heartbeat is fresh (at most its ``lock_ttl`` old, or ``stale_after`` seconds), s
 one drops out.
 ``active()`` lists each worker's running tasks, as Celery's request dicts;
 ``scheduled()`` lists the tasks waiting for their countdown or eta, which no worker
-holds (a pyrula worker prefetches nothing), under the node name ``store``;
+holds (a pyrula worker prefetches nothing), under the node name ``store``, with the
+tasks waiting for a retry (Celery's retry is a message with an eta: a run sleeping on
+its ``retry-N`` timer here), with the retry's time and arguments;
 ``reserved()`` and ``revoked()`` are empty lists per worker for the same reason (a
 revoke is a state in the store: ``AsyncResult(id).state``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord, Store, inspection, open_store
 from pyrula.workflows.inspection import STORE_NODE, Answer, Inspector
-from pyrula.workflows.records import WorkerInfo
+from pyrula.workflows.records import JournalEntry, RunStatus, WorkerInfo
 from pyrula.workflows.stores.schedule_admin import run_blocking
 from pyrula_compat import codec
 from pyrula_compat._state import get_current_app
@@ -95,8 +99,21 @@ class Inspect:
         return self._ask(Inspector.active)
 
     def scheduled(self) -> dict[str, Any] | None:
-        """Tasks waiting for their countdown or eta, under the node ``store``."""
-        return self._ask(Inspector.scheduled)
+        """Tasks waiting for their countdown or eta, or for a retry, under the node
+        ``store``, soonest first."""
+
+        async def question(inspector: Inspector, store: Store) -> Answer:
+            answer = await inspector.scheduled(store)
+            if answer.store is None and inspection.destinations(self.destination):
+                return answer
+            runs = await store.list_runs(status=RunStatus.SLEEPING, limit=LIST_LIMIT)
+            waits = [w for w in [await retry_wait(store, r) for r in runs] if w is not None]
+            if waits:
+                found = [*(answer.store or []), *waits]
+                answer.store = sorted(found, key=lambda entry: str(entry["eta"]))
+            return answer
+
+        return self._ask(question)
 
     def reserved(self) -> dict[str, Any] | None:
         """Nothing: a pyrula worker holds no task it does not run."""
@@ -110,11 +127,70 @@ class Inspect:
         """Where each of ``ids`` is: ``{worker: {id: ["active", request]}}`` for a running
         one, under ``store`` as ``"scheduled"`` for one waiting for its eta."""
         wanted = [str(i) for group in ids for i in _flat(group)]
-        return self._ask(lambda inspector, store: inspector.query_task(store, wanted))
+
+        async def question(inspector: Inspector, store: Store) -> Answer:
+            answer = await inspector.query_task(store, wanted)
+            if answer.store is None:  # a destination: workers only
+                return answer
+            for run_id in dict.fromkeys(wanted):
+                record = await store.get_run(run_id)
+                wait = await retry_wait(store, record) if record is not None else None
+                if wait is not None:
+                    answer.store[run_id] = ["scheduled", wait["request"]]
+            return answer
+
+        return self._ask(question)
 
 
 def _flat(group: Any) -> Iterable[Any]:
     return [group] if isinstance(group, str) else group
+
+
+async def retry_wait(store: Store, record: RunRecord) -> dict[str, Any] | None:
+    """``scheduled()``'s entry for a task run waiting for its retry (sleeping on the
+    ``retry-N`` timer that follows its ``attempt-N`` step), else None: the retry's time
+    as ``eta`` and, in ``request``, the arguments it runs with (``retry(args=...)``'s)."""
+    if record.status is not RunStatus.SLEEPING:
+        return None
+    journal = await store.load_journal(record.run_id)
+    if len(journal) < 2 or journal[-1].kind != "sleep":
+        return None
+    sleep, attempt = journal[-1], journal[-2]
+    number = sleep.name.removeprefix("retry-")
+    if number == sleep.name or attempt.name != f"attempt-{number}":
+        return None
+    request = request_of(record, None)
+    request["args"], request["kwargs"] = _retried_arguments(journal, request)
+    request["time_start"] = None  # the retry has not started
+    at = record.wake_at if record.wake_at is not None else _number(sleep.value)
+    eta = datetime.fromtimestamp(at, timezone.utc).isoformat() if at is not None else None
+    return {"eta": eta, "priority": 0, "request": request}
+
+
+def _retried_arguments(journal: list[JournalEntry], request: dict[str, Any]) -> tuple[Any, Any]:
+    """The arguments of the next attempt: the run's, as each retry replaced them."""
+    args, kwargs = request["args"], request["kwargs"]
+    for entry in journal:
+        if entry.kind != "step" or not entry.ok or not entry.name.startswith("attempt-"):
+            continue
+        try:
+            outcome = json.loads(entry.value)
+        except ValueError:
+            continue
+        if isinstance(outcome, dict) and outcome.get("kind") == "retry":
+            if "args" in outcome:
+                args = codec.from_json(outcome["args"]) or []
+            if "kwargs" in outcome:
+                kwargs = codec.from_json(outcome["kwargs"]) or {}
+    return args, kwargs
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def request_of(record: RunRecord, worker: WorkerInfo | None) -> dict[str, Any]:
@@ -122,4 +198,4 @@ def request_of(record: RunRecord, worker: WorkerInfo | None) -> dict[str, Any]:
     return inspection.request_of(record, worker, task_arguments)
 
 
-__all__ = ["STORE_NODE", "Inspect", "request_of", "task_arguments"]
+__all__ = ["STORE_NODE", "Inspect", "request_of", "retry_wait", "task_arguments"]

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyrula_compat import _state, states
+from pyrula_compat.app.from_config import STRICT_TYPING, fill_from_config, from_config
 from pyrula_compat.exceptions import MaxRetriesExceededError, Retry
 from pyrula_compat.utils import uuid
 
@@ -84,30 +85,36 @@ class Task:
     """Base class of tasks. Decorator options become class attributes of a subclass."""
 
     name: str = ""
-    typing: bool | None = None
+    # Left None (these descriptors), an attribute reads the app's setting, as the
+    # attributes Celery's Task.bind fills from the configuration (app/from_config.py).
+    typing: bool | None = from_config(STRICT_TYPING)
     max_retries: int | None = 3
     default_retry_delay: float = 180
-    rate_limit: str | float | None = None
-    ignore_result: bool | None = None
+    rate_limit: str | float | None = from_config("task_default_rate_limit")
+    ignore_result: bool | None = from_config("task_ignore_result")
+    store_eager_result: bool | None = from_config("task_store_eager_result")
     trail: bool = True
     send_events: bool = True
-    store_errors_even_if_ignored: bool | None = None
-    serializer: str | None = None
-    time_limit: float | None = None
-    soft_time_limit: float | None = None
+    store_errors_even_if_ignored: bool | None = from_config("task_store_errors_even_if_ignored")
+    serializer: str | None = from_config("task_serializer")
+    time_limit: float | None = from_config("task_time_limit")
+    soft_time_limit: float | None = from_config("task_soft_time_limit")
     autoretry_for: tuple[type[BaseException], ...] = ()
     dont_autoretry_for: tuple[type[BaseException], ...] = ()
     retry_kwargs: dict[str, Any] = {}
     retry_backoff: bool | float = False
     retry_backoff_max: float = 600
     retry_jitter: bool = True
-    acks_late: bool | None = None
-    acks_on_failure_or_timeout: bool | None = None
-    reject_on_worker_lost: bool | None = None
-    track_started: bool | None = None
+    acks_late: bool | None = from_config("task_acks_late")
+    acks_on_failure_or_timeout: bool | None = from_config("task_acks_on_failure_or_timeout")
+    acks_on_failure: bool | None = from_config("task_acks_on_failure")
+    acks_on_timeout: bool | None = from_config("task_acks_on_timeout")
+    reject_on_worker_lost: bool | None = from_config("task_reject_on_worker_lost")
+    retry_on_worker_lost: bool | None = from_config("task_retry_on_worker_lost")
+    track_started: bool | None = from_config("task_track_started")
     throws: tuple[type[BaseException], ...] = ()
     expires: float | datetime | None = None
-    priority: int | None = None
+    priority: int | None = from_config("task_default_priority")
     queue: str | None = None
     resultrepr_maxsize: int = 1024
     abstract: bool = True
@@ -133,6 +140,7 @@ class Task:
 
     def bind(self, app: Celery) -> Task:
         self._app = app
+        fill_from_config(self)
         return self
 
     def __repr__(self) -> str:
@@ -232,9 +240,15 @@ class Task:
             self.check_arguments(*args, **kwargs)
         app = self.app
         if app.conf.task_always_eager:
+            from pyrula_compat import eager
+
+            if self.priority:
+                options.setdefault("priority", self.priority)
+            # Celery's eager apply_async sends args through the serializer and back.
+            trip_args, trip_kwargs = eager.serialized(args, kwargs)
             return self.apply(
-                args, kwargs, task_id=task_id or uuid(), link=link, link_error=link_error,
-                **options,
+                trip_args, trip_kwargs, task_id=task_id or uuid(), link=link,
+                link_error=link_error, **options,
             )  # fmt: skip
         if self.expires is not None:
             options.setdefault("expires", self.expires)
@@ -265,8 +279,9 @@ class Task:
         from pyrula_compat import eager
 
         return eager.apply(
-            self, tuple(args or ()), dict(kwargs or {}), task_id=task_id, link=link,
-            link_error=link_error, retries=retries or 0, throw=throw, headers=headers,
+            self, args if args is not None else (), dict(kwargs or {}), task_id=task_id,
+            link=link, link_error=link_error, retries=retries or 0, throw=throw,
+            headers=headers, options=options, serialize=False,
         )  # fmt: skip
 
     def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:

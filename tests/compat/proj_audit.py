@@ -60,6 +60,14 @@ def gated(self, gate, marker, retry=False):
     return "done"
 
 
+@app.task(bind=True, name="proj_audit.retry_later", max_retries=1)
+def retry_later(self, value):
+    """Retries with ``value * 10`` in two minutes (an inspect test revokes it first)."""
+    if self.request.retries == 0:
+        raise self.retry(args=(value * 10,), countdown=120)
+    return value
+
+
 class Stoppable(app.Task):
     """Logs ``success`` when ``on_success`` runs (it must not, for a terminated task)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -264,6 +265,26 @@ def test_inspect_answers_from_the_store(served: Served) -> None:
         served.app.control.broadcast("pool_grow")
 
 
+def test_inspect_scheduled_lists_a_task_waiting_for_its_retry(served: Served) -> None:
+    """Celery's retry is a message with an eta, which ``scheduled()`` lists: here a run
+    sleeping until its retry, with the retry's time and arguments."""
+    sent = datetime.now(timezone.utc)
+    result = audit().retry_later.delay(4)
+    wait_until(lambda: result.state == states.RETRY, T, "the retry")
+    inspect = served.app.control.inspect()
+    [entry] = [e for e in inspect.scheduled()["store"] if e["request"]["id"] == result.id]
+    eta = datetime.fromisoformat(entry["eta"])
+    assert sent + timedelta(seconds=100) < eta < sent + timedelta(seconds=140)
+    assert entry["request"]["name"] == "proj_audit.retry_later"
+    assert (entry["request"]["args"], entry["request"]["kwargs"]) == ([40], {})
+    found = inspect.query_task(result.id)["store"]
+    assert found == {result.id: ["scheduled", entry["request"]]}
+    result.revoke()
+    assert result.state == states.REVOKED
+    scheduled = inspect.scheduled() or {}
+    assert result.id not in [e["request"]["id"] for e in scheduled.get("store", [])]
+
+
 def test_an_abortable_task_sees_its_abort_and_stops(served: Served) -> None:
     from pyrula_compat.contrib.abortable import AbortableAsyncResult
 
@@ -289,10 +310,32 @@ def test_task_revoked_when_a_beat_entry_expired(served: Served) -> None:
     params = {"args": [1, 2], "kwargs": {}, "expires_in": 0.0}
     handle = client.submit("proj.tasks.add", params, delay=0.5)
     result = AsyncResult(handle.run_id, app=served.app)
-    with pytest.raises(TaskRevokedError):
+    with pytest.raises(TaskRevokedError, match="expired"):
         result.get(timeout=T)
     signal = wait_signal(served, "task_revoked", handle.run_id)
     assert signal["expired"] is True and signal["terminated"] is False
+
+
+def test_task_revoked_when_a_retry_comes_after_the_expiry(served: Served) -> None:
+    path = served.path("attempts")
+    result = tasks().retry_until_expired.apply_async((path,), expires=0.5)
+    with pytest.raises(TaskRevokedError, match="expired"):
+        result.get(timeout=T)
+    signal = wait_signal(served, "task_revoked", result.id)
+    assert signal["expired"] is True and signal["terminated"] is False
+    attempts = len(lines(path))  # no task_received for the retry that was not run
+    assert len(signals_of(served, "task_received", result.id)) == attempts
+
+
+def test_request_hostname_is_the_workers_node_name(served: Served) -> None:
+    other = f"sqlite:///{served.tmp / 'named.db'}"
+    worker = served.workers.start("--store", other, "-n", "alpha@%h")
+    client = Celery("proj", broker=other, set_as_current=False)
+    try:
+        info = client.send_task("proj.tasks.request_info").get(timeout=T)
+        assert info["hostname"] == f"alpha@{socket.gethostname()}"
+    finally:
+        assert worker.stop() == 0
 
 
 def test_task_unknown_and_warnings_for_a_name_no_worker_serves(

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import timedelta
 from pathlib import Path
+
+import pytest
 
 from pyrula.workflows import Schedule, SqliteStore
 from pyrula_compat import Celery
@@ -41,6 +44,26 @@ def test_a_removed_entry_deletes_only_its_own_schedule(tmp_path: Path) -> None:
             assert await store.get_schedule("a") == first_a
             assert first_a is not None
             assert json.loads(first_a.params)["headers"]["periodic_task_name"] == "a"
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_only_a_scheduler_other_than_celerys_default_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        store = SqliteStore(tmp_path / "beat.db")
+        try:
+            with caplog.at_level(logging.WARNING, logger="pyrula_compat.beat"):
+                app = beat_app("proj", {"a": 5})
+                assert app.conf.beat_scheduler == "celery.beat:PersistentScheduler"
+                await sync_schedules(app, store)
+                assert "beat_scheduler" not in caplog.text  # Celery's default: nothing to say
+                app.conf.beat_scheduler = "django_celery_beat.schedulers:DatabaseScheduler"
+                await sync_schedules(app, store)
+                assert "beat_scheduler='django_celery_beat" in caplog.text
         finally:
             await store.close()
 

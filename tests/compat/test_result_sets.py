@@ -75,6 +75,14 @@ def test_a_result_set_waits_for_its_results_in_order(app: Celery) -> None:
     assert len(rs) == 0 and rs.get(timeout=T) == []
 
 
+def test_a_result_set_with_a_callback_calls_it_for_each_result_instead(app: Celery) -> None:
+    add = app.tasks["rs.add"]
+    group = GroupResult("g-2", [add.delay(1, 1), add.delay(2, 2)])
+    seen: list[Any] = []
+    assert group.get(timeout=T, callback=lambda *a: seen.append(a)) == []  # Celery's join
+    assert seen == [(group[0].id, 2), (group[1].id, 4)]
+
+
 def test_a_group_result_is_a_result_set_with_an_id(app: Celery) -> None:
     add = app.tasks["rs.add"]
     results = [add.delay(1, 1), add.delay(2, 2)]

@@ -8,12 +8,15 @@ limits, ``send_task`` of a name no worker knows, and many client threads.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from pyrula.workflows.errors import NotJSONSerializable
 from pyrula_compat import chain, chord, group, signature, states
 from pyrula_compat.exceptions import (
     ChordError,
@@ -71,6 +74,34 @@ def test_request_fields(served: Served) -> None:
     assert info["id"] == result.id and info["root_id"] == result.id
     assert info["args"] == [1, "a"] and info["kwargs"] == {"k": True}
     assert info["retries"] == 0 and info["is_eager"] is False
+    host = socket.gethostname()
+    assert info["hostname"] == f"celery@{host}"  # the worker's node name (no -n given)
+    assert info["origin"] == f"gen{os.getpid()}@{host}"  # the process that sent it
+    assert "origin" not in (info["headers"] or {})  # a field of its own, as in Celery
+
+
+def test_get_calls_back_with_the_id_and_the_value(served: Served) -> None:
+    t, seen = tasks(), []
+    result = t.add.delay(1, 2)
+    assert result.get(timeout=T, callback=lambda *a: seen.append(a)) == 3
+    failed = t.fail.delay("no")
+    with pytest.raises(t.ProjError):  # raised: no call
+        failed.get(timeout=T, callback=lambda *a: seen.append(a))
+    fresh = AsyncResult(failed.id)
+    error = fresh.get(timeout=T, propagate=False, callback=lambda *a: seen.append(a))
+    assert isinstance(error, t.ProjError) and seen == [(result.id, 3), (failed.id, error)]
+    fresh.get(timeout=T, propagate=False, callback=lambda *a: seen.append(a))
+    assert len(seen) == 2  # as in Celery: a result read already, not propagated, no call
+
+
+def test_dict_keys_become_strings_as_json_dumps_writes_them(served: Served) -> None:
+    t = tasks()
+    value = {7: "int", 2.5: "float", True: "bool", None: "none", "x": {3: [4]}}
+    expected = {"7": "int", "2.5": "float", "true": "bool", "null": "none", "x": {"3": [4]}}
+    assert t.echo.delay(value).get(timeout=T) == expected
+    assert t.count_lengths.delay(["a", "bb", "cc"]).get(timeout=T) == {"1": 1, "2": 2}
+    with pytest.raises(NotJSONSerializable, match="key \\(1, 2\\) of type tuple"):
+        t.echo.delay({(1, 2): "a tuple key"})
 
 
 def test_failure_reraises_the_tasks_own_exception_with_traceback(served: Served) -> None:
@@ -169,6 +200,20 @@ def test_expires_revokes_a_task_not_started_in_time(served: Served) -> None:
     with pytest.raises(TaskRevokedError, match="expired"):
         result.get(timeout=T)
     assert result.state == states.REVOKED
+
+
+def test_a_retry_due_after_the_tasks_expiry_never_runs(served: Served) -> None:
+    t = tasks()
+    for task in (t.retry_until_expired, t.autoretry_until_expired):  # countdowns of 0.3 s
+        path = served.path("attempts")
+        result = task.apply_async((path,), expires=1.0)
+        with pytest.raises(TaskRevokedError, match="expired"):
+            result.get(timeout=T)
+        assert result.state == states.REVOKED
+        attempts = lines(path)
+        assert attempts == [str(n) for n in range(len(attempts))] and 1 <= len(attempts) <= 5
+        time.sleep(0.5)
+        assert lines(path) == attempts
 
 
 def test_chain_passes_results_and_links_parents(served: Served) -> None:

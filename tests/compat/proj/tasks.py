@@ -98,7 +98,25 @@ def request_info(self, *args, **kwargs):
         "is_eager": self.request.is_eager,
         "root_id": self.request.root_id,
         "parent_id": self.request.parent_id,
+        "hostname": self.request.hostname,
+        "origin": self.request.origin,
+        "headers": self.request.headers,
     }
+
+
+@app.task(bind=True, max_retries=None)
+def retry_until_expired(self, path, countdown=0.3):
+    """Logs each attempt's retry count to ``path`` and retries, forever (until its
+    ``expires`` passes)."""
+    _append(path, str(self.request.retries))
+    raise self.retry(countdown=countdown)
+
+
+@app.task(bind=True, autoretry_for=(ConnectionError,), retry_kwargs={"countdown": 0.3},
+          max_retries=None)  # fmt: skip
+def autoretry_until_expired(self, path):
+    _append(path, str(self.request.retries))
+    raise ConnectionError("still down")
 
 
 @app.task
@@ -175,6 +193,15 @@ def hooked(value, path):
 @app.task
 def echo(value):
     return value
+
+
+@app.task
+def count_lengths(words):
+    """How many words of each length (a dict with int keys)."""
+    counts = {}
+    for word in words:
+        counts[len(word)] = counts.get(len(word), 0) + 1
+    return counts
 
 
 @app.task(bind=True)

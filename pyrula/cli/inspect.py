@@ -26,7 +26,6 @@ from pyrula.workflows.inspection import (
     COMMANDS,
     STORE_NODE,
     Answer,
-    Arguments,
     Inspector,
     workflow_arguments,
 )
@@ -107,14 +106,11 @@ def remote_control_options(command: F) -> F:
     return command
 
 
-def _app_store(store_url: str | None, spec: str) -> tuple[str | None, Arguments]:
+def _app_store(store_url: str | None, spec: str) -> str | None:
     """The store ``pyrula -A spec worker`` would serve (unless ``--store`` or ``-b``
-    names one: :func:`~pyrula.cli.celery_commands.client_store`), and how the app's
-    tasks' arguments decode."""
-    from pyrula_compat.app.inspect import task_arguments
-
+    names one: :func:`~pyrula.cli.celery_commands.client_store`)."""
     app = app_loader.import_app(spec)
-    return client_store(store_url, app, spec), task_arguments
+    return client_store(store_url, app, spec)
 
 
 def ask(
@@ -125,14 +121,17 @@ def ask(
     command: str,
     args: tuple[str, ...] = (),
 ) -> Answer:
-    """Answer ``command`` from the store (exit 69 when no live worker matches)."""
-    arguments: Arguments = workflow_arguments
+    """Answer ``command`` from the store (exit 69 when no live worker matches); with an
+    app, as its ``app.control.inspect()`` answers (task arguments, retries scheduled)."""
     spec = app_loader.app_spec({"celery_app": celery_app})
     if spec is not None:
-        url, arguments = _app_store(store_url, spec)
+        from pyrula_compat.app.inspect import TaskInspector
+
+        url = _app_store(store_url, spec)
+        inspector: Inspector = TaskInspector(destination, stale_after)
     else:
         url = client_store(store_url)
-    inspector = Inspector(destination, stale_after, arguments)
+        inspector = Inspector(destination, stale_after, workflow_arguments)
     answer = with_store(url, lambda store: inspector.inspect(store, command, args))
     if not answer.nodes:
         raise NoNodesReplied()

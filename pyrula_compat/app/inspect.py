@@ -45,6 +45,42 @@ def task_arguments(params: Any) -> tuple[list[Any], dict[str, Any]]:
     return codec.from_json(params.get("args")) or [], codec.from_json(params.get("kwargs")) or {}
 
 
+class TaskInspector(Inspector):
+    """The engine's :class:`Inspector` reading task runs as Celery's inspect does: the
+    arguments as the task receives them, and a task waiting for its retry scheduled too.
+    ``app.control.inspect()`` and ``pyrula -A APP inspect`` both use it."""
+
+    def __init__(self, destination: Any = None, stale_after: float | None = None) -> None:
+        super().__init__(destination, stale_after, task_arguments)
+
+    async def scheduled(self, store: Store) -> Answer:
+        """Tasks waiting for their countdown or eta, or for a retry, under the node
+        ``store``, soonest first."""
+        answer = await super().scheduled(store)
+        if answer.store is None and inspection.destinations(self.destination):
+            return answer
+        runs = await store.list_runs(status=RunStatus.SLEEPING, limit=LIST_LIMIT)
+        waits = [w for w in [await retry_wait(store, r) for r in runs] if w is not None]
+        if waits:
+            found = [*(answer.store or []), *waits]
+            answer.store = sorted(found, key=lambda entry: str(entry["eta"]))
+        return answer
+
+    async def query_task(self, store: Store, ids: Iterable[str]) -> Answer:
+        """Where each id is: ``{worker: {id: ["active", request]}}`` for a running one,
+        under ``store`` as ``"scheduled"`` for one waiting for its eta or its retry."""
+        wanted = list(dict.fromkeys(ids))
+        answer = await super().query_task(store, wanted)
+        if answer.store is None:  # a destination: workers only
+            return answer
+        for run_id in wanted:
+            record = await store.get_run(run_id)
+            wait = await retry_wait(store, record) if record is not None else None
+            if wait is not None:
+                answer.store[run_id] = ["scheduled", wait["request"]]
+        return answer
+
+
 class Inspect:
     """``app.control.inspect()`` (Celery's signature; ``app`` defaults to the current)."""
 
@@ -66,12 +102,12 @@ class Inspect:
         self.stale_after = stale_after
 
     def _ask(
-        self, question: Callable[[Inspector, Store], Awaitable[Answer]]
+        self, question: Callable[[TaskInspector, Store], Awaitable[Answer]]
     ) -> dict[str, Any] | None:
         """``question`` on the app's store, opened for it (on a helper thread when this
         thread runs an event loop); Celery's reply dict, or None when it is empty."""
         url = self.app.store_url()
-        inspector = Inspector(self.destination, self.stale_after, task_arguments)
+        inspector = TaskInspector(self.destination, self.stale_after)
 
         async def read() -> Answer:
             store = open_store(url)
@@ -101,19 +137,7 @@ class Inspect:
     def scheduled(self) -> dict[str, Any] | None:
         """Tasks waiting for their countdown or eta, or for a retry, under the node
         ``store``, soonest first."""
-
-        async def question(inspector: Inspector, store: Store) -> Answer:
-            answer = await inspector.scheduled(store)
-            if answer.store is None and inspection.destinations(self.destination):
-                return answer
-            runs = await store.list_runs(status=RunStatus.SLEEPING, limit=LIST_LIMIT)
-            waits = [w for w in [await retry_wait(store, r) for r in runs] if w is not None]
-            if waits:
-                found = [*(answer.store or []), *waits]
-                answer.store = sorted(found, key=lambda entry: str(entry["eta"]))
-            return answer
-
-        return self._ask(question)
+        return self._ask(TaskInspector.scheduled)
 
     def reserved(self) -> dict[str, Any] | None:
         """Nothing: a pyrula worker holds no task it does not run."""
@@ -127,19 +151,7 @@ class Inspect:
         """Where each of ``ids`` is: ``{worker: {id: ["active", request]}}`` for a running
         one, under ``store`` as ``"scheduled"`` for one waiting for its eta."""
         wanted = [str(i) for group in ids for i in _flat(group)]
-
-        async def question(inspector: Inspector, store: Store) -> Answer:
-            answer = await inspector.query_task(store, wanted)
-            if answer.store is None:  # a destination: workers only
-                return answer
-            for run_id in dict.fromkeys(wanted):
-                record = await store.get_run(run_id)
-                wait = await retry_wait(store, record) if record is not None else None
-                if wait is not None:
-                    answer.store[run_id] = ["scheduled", wait["request"]]
-            return answer
-
-        return self._ask(question)
+        return self._ask(lambda inspector, store: inspector.query_task(store, wanted))
 
 
 def _flat(group: Any) -> Iterable[Any]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -22,7 +24,16 @@ import pytest
 from pyrula_compat import Celery, calling, chain, signature, states
 from pyrula_compat.exceptions import TaskRevokedError, TimeLimitExceeded, TimeoutError
 from pyrula_compat.result import AsyncResult
-from tests.compat.conftest import Served, broker_url, lines, proj_workers, wait_until
+from tests.compat.conftest import (
+    HERE,
+    REPO_ROOT,
+    Served,
+    broker_url,
+    lines,
+    proj_workers,
+    pyrula_command,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 T = 30  # generous result timeout (seconds)
@@ -279,6 +290,15 @@ def test_inspect_scheduled_lists_a_task_waiting_for_its_retry(served: Served) ->
     assert (entry["request"]["args"], entry["request"]["kwargs"]) == ([40], {})
     found = inspect.query_task(result.id)["store"]
     assert found == {result.id: ["scheduled", entry["request"]]}
+    # pyrula -A proj inspect scheduled answers the same (the CLI's inspector is the app's)
+    shown = subprocess.run(
+        [*pyrula_command(), "-A", "proj", "inspect", "scheduled", "-j", "--store", served.url],
+        cwd=HERE, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO_ROOT)])},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)["store"]
+    assert [e["request"]["args"] for e in listed if e["request"]["id"] == result.id] == [[40]]
     result.revoke()
     assert result.state == states.REVOKED
     scheduled = inspect.scheduled() or {}

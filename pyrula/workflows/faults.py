@@ -10,7 +10,15 @@ turns points on: each ``point=action@probability`` (probability defaults to 1). 
 
 ``PYRULA_FAULT_SEED`` seeds the dice; the seed in use is logged at WARNING so a failure
 replays. Points: after_claim, step_started, after_step_before_journal,
-after_journal_before_reply, before_outcome, skip_lease_renewal.
+after_journal_before_reply, before_outcome, skip_lease_renewal, and the archiver's
+(:mod:`pyrula.workflows.stores.archive.reconcile`, one hit per batch written):
+
+* ``archive_before_pg_write``: a batch of ended runs and their journals read from the
+  live store, nothing of it written to the archive yet;
+* ``archive_after_pg_commit_before_hot_delete``: the batch committed to the archive, the
+  archive's cursor not moved past it yet, and none of it purged from the live store (the
+  purge comes later, from ``expire_archived``, once a pass that vouched for the batch is
+  ``live_ttl_after_archive`` old; a SIGKILL here loses that in-memory vouching).
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ POINTS = frozenset(
         "after_journal_before_reply",
         "before_outcome",
         "skip_lease_renewal",
+        "archive_before_pg_write",
+        "archive_after_pg_commit_before_hot_delete",
     }
 )
 

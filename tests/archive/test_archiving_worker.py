@@ -223,3 +223,29 @@ async def test_postgres_down_keeps_runs_live_until_it_is_back(
             assert [e.name for e in await store.load_journal(h.run_id)] == ["copy", "double"]
     finally:
         postgres.remove()
+
+
+async def test_pooled_connections_from_before_a_postgres_restart_are_not_used(
+    tmp_path: Any,
+) -> None:
+    """The server's goodbye on every idle pooled connection is noticed at checkout: the
+    first reads after a restart succeed instead of each failing once."""
+    postgres = PostgresProcess(tmp_path / "pg")
+    base = postgres.start()
+    try:
+        _, dsn = fresh_schema(base)
+        migrate(dsn)
+        archive = PostgresArchive(dsn, pool_size=3)
+
+        async def read_at_once() -> None:  # three connections busy at once: three pooled
+            reads = await asyncio.gather(*(archive.get_run(f"x{i}") for i in range(3)))
+            assert reads == [None] * 3
+
+        await read_at_once()
+        postgres.stop()
+        postgres.start()  # the same DSN
+        await read_at_once()  # no StoreUnavailable from the old connections
+        assert await archive.get_run("y") is None
+        await archive.close()
+    finally:
+        postgres.remove()

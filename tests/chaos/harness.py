@@ -4,6 +4,11 @@ A :class:`Cluster` owns one SQLite database file, one side-effect ledger and the
 processes it started (``tests/fixtures/run_worker.py``, cwd = repo root). Teardown
 SIGKILLs and reaps every process it started. A :class:`Supervisor` keeps a fixed number
 of workers alive, restarting killed ones, and records each death as a fault window.
+
+A cluster whose ``archive`` is set (an :class:`ArchiveSpec`) starts its workers on an
+:class:`~pyrula.workflows.ArchivingStore` over its URL and that Postgres archive:
+``python -m tests.chaos.harness``, which is ``run_worker.py`` with that store (the
+archive's DSN and options ride in ``PYRULA_TEST_ARCHIVE``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "tests" / "fixtures" / "run_worker.py"
 WORKFLOW_MODULE = "tests.fixtures.chaos_workflows"
 LEDGER_ENV = "PYRULA_TEST_LEDGER"
+ARCHIVE_ENV = "PYRULA_TEST_ARCHIVE"
 
 LOCK_TTL = 2.0
 ORPHAN_SCAN = 0.5
@@ -41,6 +47,18 @@ FAST_OPTIONS: dict[str, float | int] = {
     "cancel_timeout": 1.0,
     "max_concurrent_runs": 4,
 }
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """Workers wrap their store in ``ArchivingStore(store, PostgresArchive(dsn),
+    **options)`` (``live_ttl_after_archive``, ``reconcile_interval``, ...)."""
+
+    dsn: str
+    options: Mapping[str, float | int] = field(default_factory=dict)
+
+    def to_env(self) -> str:
+        return json.dumps({"dsn": self.dsn, "options": dict(self.options)})
 
 
 @dataclass
@@ -98,6 +116,8 @@ class Cluster:
         self.db_path = directory / "chaos.db"
         self.ledger_path = directory / "ledger.jsonl"
         self.url = "sqlite:///" + str(self.db_path)
+        self.archive: ArchiveSpec | None = None
+        """Set: workers run on an ArchivingStore over ``url`` and this archive."""
         self.workers: list[Worker] = []
         self._spawned = 0
 
@@ -108,9 +128,10 @@ class Cluster:
         self._spawned += 1
         worker_id = f"{name}-{self._spawned}"
         settings = {**FAST_OPTIONS, "max_recoveries": 1000, **options}
+        launcher = [str(LAUNCHER)] if self.archive is None else ["-m", "tests.chaos.harness"]
         argv = [
             sys.executable,
-            str(LAUNCHER),
+            *launcher,
             "--store",
             self.url,
             "--module",
@@ -125,8 +146,10 @@ class Cluster:
             p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p
         )
         full_env[LEDGER_ENV] = str(self.ledger_path)
-        for key in ("PYRULA_FAULTPOINTS", "PYRULA_FAULT_SEED", "PYRULA_STORE_URL"):
+        for key in ("PYRULA_FAULTPOINTS", "PYRULA_FAULT_SEED", "PYRULA_STORE_URL", ARCHIVE_ENV):
             full_env.pop(key, None)
+        if self.archive is not None:
+            full_env[ARCHIVE_ENV] = self.archive.to_env()
         full_env.update(env or {})
         log_path = self.dir / f"{worker_id}.log"
         with log_path.open("wb") as log:
@@ -232,9 +255,10 @@ class Supervisor:
     """Keeps ``count`` workers alive; a dead one is recorded as a fault and replaced.
 
     Each spawn gets ``PYRULA_FAULT_SEED = seed * 1000 + spawn number`` so a restarted
-    worker does not replay its predecessor's dice. With ``restart=False`` a dead worker
-    is still recorded, but leaves ``slots`` instead of being replaced (the survivors
-    must cope).
+    worker does not replay its predecessor's dice. ``faultpoints`` may also be a function
+    of the spawn number (0 for the first worker started), e.g. to kill only the first
+    few. With ``restart=False`` a dead worker is still recorded, but leaves ``slots``
+    instead of being replaced (the survivors must cope).
     """
 
     def __init__(
@@ -242,7 +266,7 @@ class Supervisor:
         cluster: Cluster,
         count: int,
         *,
-        faultpoints: str,
+        faultpoints: str | Callable[[int], str],
         seed: int,
         restart: bool = True,
         **options: float,
@@ -261,8 +285,13 @@ class Supervisor:
 
     def _spawn(self, slot: int) -> Worker:
         env: dict[str, str] = {}
-        if self.faultpoints:
-            env["PYRULA_FAULTPOINTS"] = self.faultpoints
+        spec = (
+            self.faultpoints
+            if isinstance(self.faultpoints, str)
+            else self.faultpoints(self._spawns)
+        )
+        if spec:
+            env["PYRULA_FAULTPOINTS"] = spec
             env["PYRULA_FAULT_SEED"] = str(self.seed * 1000 + self._spawns)
         self._spawns += 1
         return self.cluster.start_worker(f"w{slot}", env=env, **self.options)
@@ -297,3 +326,23 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+def archiving_worker_main() -> int:
+    """``python -m tests.chaos.harness ARGS``: ``run_worker.py ARGS`` on an ArchivingStore
+    over ``--store`` and the archive ``PYRULA_TEST_ARCHIVE`` names (see ``ArchiveSpec``)."""
+    from pyrula.workflows import ArchivingStore, PostgresArchive, open_store
+    from tests.fixtures import run_worker
+
+    spec = json.loads(os.environ[ARCHIVE_ENV])
+
+    def archiving(url: str | None = None, *, default: str | None = None) -> Store:
+        live = open_store(url, default=default)
+        return ArchivingStore(live, PostgresArchive(spec["dsn"]), **spec["options"])
+
+    run_worker.open_store = archiving  # type: ignore[attr-defined]  # its one store factory
+    return run_worker.main()
+
+
+if __name__ == "__main__":
+    sys.exit(archiving_worker_main())

@@ -20,6 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from pyrula.workflows.errors import ArchiveSchemaMismatch, InvalidRunState, StoreError
+from pyrula.workflows.faults import fault_point
 from pyrula.workflows.records import RunRecord
 from pyrula.workflows.stores.archive.base import (
     Archive,
@@ -113,7 +114,12 @@ class Archiver:
         if not fresh:
             return 0
         journals = await asyncio.gather(*(self.live.load_journal(run.run_id) for run in fresh))
-        return await self.archive.write_runs(list(zip(fresh, journals, strict=True)))
+        fault_point("archive_before_pg_write")
+        written = await self.archive.write_runs(list(zip(fresh, journals, strict=True)))
+        # Committed: the batch is in both stores; the cursor has not moved yet, and the
+        # live copies go only once a pass vouching for them is ``ttl`` old (expire_archived).
+        fault_point("archive_after_pg_commit_before_hot_delete")
+        return written
 
     def _refuse(self, run: RunRecord, stamp: ArchivedStamp) -> None:
         """Report, once, an ended run whose id an archived run of its own holds."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import select
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -171,7 +172,7 @@ class PostgresArchive:
         try:
             async with deadline(self.query_timeout), pool.slots:
                 try:
-                    conn = pool.idle.pop() if pool.idle else await self._connect()
+                    conn = await pool.take_idle() or await self._connect()
                     yield conn
                 except BaseException:
                     await _discard(conn)
@@ -349,6 +350,31 @@ class _Pool:
     def __init__(self, size: int) -> None:
         self.slots = asyncio.Semaphore(size)
         self.idle: list[AsyncConnection[Any]] = []
+
+    async def take_idle(self) -> AsyncConnection[Any] | None:
+        """An idle connection the server has not closed, or None. A server that shut
+        down or restarted since (``terminating connection due to administrator
+        command``, or a killed one's end of file) left something to read on the socket
+        of every connection it had: those are discarded here, so the first operations
+        after a restart do not each fail once on a dead connection."""
+        while self.idle:
+            conn = self.idle.pop()
+            if not _closed_by_server(conn):
+                return conn
+            await _discard(conn)
+        return None
+
+
+def _closed_by_server(conn: AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has something to read: it is asked nothing, and
+    pyrula does not LISTEN, so only the server's goodbye (or end of file) can be there."""
+    if conn.closed:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):  # no socket any more
+        return True
+    return bool(readable)
 
 
 NUL_STAND_IN = "\ufffd"

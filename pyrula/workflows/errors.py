@@ -17,7 +17,8 @@
     ├── WorkflowError
     │   ├── UnknownWorkflow         no workflow registered under that name
     │   ├── InvalidParams           params that do not fit the workflow's signature
-    │   └── NondeterminismError     a replay reached a different step than the journal recorded
+    │   ├── NondeterminismError     a replay reached a different step than the journal recorded
+    │   └── StepInsideStep          a durable operation was called from inside a step
     ├── DurableInvocationError      a run ended in failure; carries the original error
     ├── ScheduleError
     │   ├── InvalidSchedule         a cron expression, interval or timezone that can't work
@@ -113,6 +114,12 @@ class InvalidParams(WorkflowError, TypeError):
 
 class NondeterminismError(WorkflowError):
     """Replay reached a different step than the journal recorded at that position."""
+
+
+class StepInsideStep(WorkflowError):
+    """A step (or another durable operation: a sleep, a child, a signal wait) was called
+    from inside a running step. Only the workflow function may call them: a step's own
+    code is not journaled, so a replay could not find them again. Never retried."""
 
 
 class RunCancelled(PyrulaError):

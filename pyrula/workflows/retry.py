@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from pyrula.workflows.errors import ConfigurationError, Fatal, Poison, Transient
+from pyrula.workflows.errors import ConfigurationError, Fatal, Poison, StepInsideStep, Transient
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class RetryPolicy:
         """Whether a failure on ``attempt`` (1-based) is retried."""
         if attempt >= self.max_attempts:
             return False
-        if isinstance(exc, (Poison, Fatal)):
+        if isinstance(exc, (Poison, Fatal, StepInsideStep)):  # the last: a bug in the code
             return False
         if isinstance(exc, Transient):
             return True

@@ -5,8 +5,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
+from pyrula.workflows.errors import StepInsideStep
 from pyrula.workflows.records import Wait
+
+running_step: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pyrula_running_step", default=None
+)
+"""The name of the step whose own code runs in this context (its task, or its thread),
+else None: set around a step's call by the step runner."""
+
+
+def refuse_inside_step(what: str) -> None:
+    """Raise StepInsideStep if ``what`` (a durable operation) is called from a step's code."""
+    outer = running_step.get()
+    if outer is not None:
+        raise StepInsideStep(
+            f"{what} was called inside step {outer!r}: only the workflow function may call "
+            "steps, sleeps, child runs and signal waits (a step's own code is not "
+            "journaled, so a replay could not find them). Call it from the workflow, or "
+            "call the plain function (an @step function's .fn) inside the step"
+        )
 
 
 def being_cancelled(*, if_unknown: bool = True) -> bool:

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyrula.workflows.engine import operations, steps
-from pyrula.workflows.engine.control import CancelRequested, LeaseGone, Nondeterminism
+from pyrula.workflows.engine.control import (
+    CancelRequested,
+    LeaseGone,
+    Nondeterminism,
+    refuse_inside_step,
+)
 from pyrula.workflows.errors import LeaseLost, NondeterminismError, StoreUnavailable
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.rate import flow_for
@@ -128,7 +133,9 @@ class RunExecution:
         return self._next_position in self.journal
 
     def reserve(self, count: int = 1) -> int:
-        """Take the next ``count`` positions; return the first."""
+        """Take the next ``count`` positions; return the first. Raises StepInsideStep
+        from a step's own code (the positions are the workflow function's)."""
+        refuse_inside_step("a durable operation (a step, sleep, child run or signal wait)")
         position = self._next_position
         self._next_position += count
         return position
@@ -257,6 +264,7 @@ class RunExecution:
         timeout: float | None,
         takes_context: bool,
     ) -> operations.Operation:
+        refuse_inside_step(f"step {name!r}")  # here too: a sync step's call is never awaited
         return operations.Operation(
             self,
             1,

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.context import StepContext
-from pyrula.workflows.engine.control import Suspend, being_cancelled
+from pyrula.workflows.engine.control import Suspend, being_cancelled, running_step
 from pyrula.workflows.engine.threads import StepThreadPool
 from pyrula.workflows.errors import (
     LeaseLost,
@@ -81,6 +81,7 @@ async def _guarded(name: str, awaitable: Awaitable[Any]) -> tuple[bool, Any]:
     Only cancellation of this task passes through, so a step can never stop the loop;
     a ``CancelledError`` the step raised itself becomes a StepRaisedCancelledError.
     """
+    token = running_step.set(name)
     try:
         return True, await awaitable
     except asyncio.CancelledError as exc:
@@ -89,9 +90,11 @@ async def _guarded(name: str, awaitable: Awaitable[Any]) -> tuple[bool, Any]:
         return False, _stray_cancel(name, exc)
     except BaseException as exc:
         return False, exc
+    finally:
+        running_step.reset(token)
 
 
-def _outcome(fn: Callable[[], Any]) -> tuple[bool, Any]:
+def _outcome(name: str, fn: Callable[[], Any]) -> tuple[bool, Any]:
     """Call a sync step, in its thread: its outcome, even a BaseException, as a value.
 
     So the future that carries it back only ever raises when it is cancelled: an
@@ -99,6 +102,7 @@ def _outcome(fn: Callable[[], Any]) -> tuple[bool, Any]:
     closes the coroutines it goes through instead of reaching the step's caller, and a
     ``CancelledError`` would pass for a cancellation of the run.
     """
+    running_step.set(name)  # in the thread's own copy of the context
     try:
         return True, fn()
     except StopIteration as exc:  # would become a RuntimeError raised from a coroutine
@@ -252,7 +256,7 @@ async def _call(
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     call = functools.partial(
-        contextvars.copy_context().run, _outcome, functools.partial(fn, *args, **kwargs)
+        contextvars.copy_context().run, _outcome, name, functools.partial(fn, *args, **kwargs)
     )
     executor = execution.executor
     # Raises only when cancelled (see _outcome): the task's, or the pool's at shutdown.

@@ -12,7 +12,10 @@ Rules:
   wall-clock time that happens twice fires only the first time; when they go forward,
   a time that does not exist fires once, at the first moment after the gap.
 * An expression is checked completely at :meth:`Schedule.create`, including that it
-  fires at all (``0 0 30 2 *`` never does): a bad one never reaches the store.
+  fires at all (``0 0 30 2 *`` never does): a bad one never reaches the store. A range
+  runs from low to high, as in cron: ``5-1`` is refused (write ``5-59,0-1`` for a range
+  that wraps), and so is ``5-5`` (write ``5``); a day-of-week range may end on Sunday
+  (``fri-sun``, ``5-0``).
 * **Day of month and day of week.** As in POSIX cron, when both are restricted a day
   matching either fires (OR). A day-of-week field written with a leading ``&``
   (``0 9 1-7 * &mon``, or ``Schedule.create(..., day_and=True)``) requires both (AND:
@@ -272,3 +275,66 @@ def _check_cron(cron: str | None) -> None:
         _croniter(cron)
     except CroniterError as exc:
         raise InvalidSchedule(f"cron {cron!r} is not valid: {exc}") from None
+    for index, value in enumerate(fields):
+        for part in value.removeprefix(_DAY_AND).split(","):
+            _check_range(cron, index, part)
+
+
+_FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_FIELD_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+_MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _range_value(index: int, text: str) -> int | None:
+    """A range bound's number (names for months and days too), or None for anything else."""
+    if text.isdigit():
+        return int(text)
+    names = {3: _MONTH_NAMES, 4: _DAY_NAMES}.get(index, ())
+    if text.lower() in names:
+        return names.index(text.lower()) + (1 if index == 3 else 0)
+    return None
+
+
+def _check_range(cron: str, index: int, part: str) -> None:
+    """Refuse a range that runs backwards (``5-1``) or has one value (``5-5``).
+
+    croniter wraps the first (``5-1`` is 5..59 and 0..1) and reads the second as the
+    whole field (``5-5`` fires every minute); cron refuses the first and reads the second
+    as its one value. A day-of-week range may end on Sunday as 0 or ``sun`` (``fri-sun``),
+    which cron reads as 7.
+    """
+    bounds, slash, step = part.partition("/")
+    first, dash, last = bounds.partition("-")
+    start, end = _range_value(index, first), _range_value(index, last)
+    if not dash or start is None or end is None:
+        return  # not a range of two values; croniter has judged it
+    if index == 4 and end == 0 and start > 0:
+        end = 7
+    name, step = _FIELD_NAMES[index], slash + step
+    if start == end:
+        raise InvalidSchedule(
+            f"cron {cron!r}: the {name} range {part!r} starts and ends on the same value "
+            f"(the cron library would read it as the whole field); write {first} for that value"
+        )
+    if start > end:
+        if index == 4 and start == 7:
+            fix = f"write 0-{last}{step}: Sunday is 0 at the start of a range"
+        else:
+            low, high = _FIELD_BOUNDS[index]
+            if first.isalpha():  # keep the names the expression uses
+                names = _MONTH_NAMES if index == 3 else _DAY_NAMES
+                low_text, high_text = names[0], names[-1]
+                if first.isupper():
+                    low_text, high_text = low_text.upper(), high_text.upper()
+            else:
+                low_text, high_text = str(low), str(high)
+            upper = first if start == high else f"{first}-{high_text}"
+            lower = last if end == low else f"{low_text}-{last}"
+            fix = (
+                f"write {upper}{step},{lower}{step} for a range that wraps, "
+                f"or {last}-{first}{step} for {last} to {first}"
+            )
+        raise InvalidSchedule(
+            f"cron {cron!r}: the {name} range {part!r} starts after it ends; {fix}"
+        )

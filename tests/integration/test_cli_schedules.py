@@ -164,6 +164,8 @@ def test_create_existing_id_exits_1_and_replace_overwrites(url: str) -> None:
         (("--cron", "*/0 * * * *"), "a step of 0"),
         (("--cron", "\u0661 * * * *"), "non-ASCII"),
         (("--cron", "0 0 30 2 *"), "never fires"),
+        (("--cron", "5-1 * * * *"), "minute range '5-1' starts after it ends; write 5-59,0-1"),
+        (("--cron", "0 9 * * fri-mon"), "write fri-sat,sun-mon for a range that wraps"),
         (("--every", "0.5"), "at least one second"),
         (("--every", "5", "--timezone", "Mars/Olympus"), "unknown timezone 'Mars/Olympus'"),
         (("--every", "5", "--params", "{not json"), "--params is not valid JSON"),

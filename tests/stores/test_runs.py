@@ -147,10 +147,13 @@ async def test_idempotent_create_after_the_run_moved_on(store: Store) -> None:
 
 async def test_idempotency_conflicts(store: Store) -> None:
     first, _ = await store.create_run(new_run("wf", '{"a":1}', idempotency_key="k"))
-    with pytest.raises(IdempotencyConflict, match="params"):
+    taken = f"idempotency key 'k' is taken by run '{first.run_id}' of workflow 'wf'"
+    with pytest.raises(IdempotencyConflict) as params_differ:
         await store.create_run(new_run("wf", '{"a":2}', idempotency_key="k"))
-    with pytest.raises(IdempotencyConflict, match="workflow"):
+    assert f"{taken}, submitted with other params" in str(params_differ.value)
+    with pytest.raises(IdempotencyConflict) as workflow_differs:
         await store.create_run(new_run("other", '{"a":1}', idempotency_key="k"))
+    assert f"{taken}; this submit is for workflow 'other'" in str(workflow_differs.value)
     # Equal JSON spelled differently is different text: the store does not parse it.
     with pytest.raises(IdempotencyConflict):
         await store.create_run(new_run("wf", '{ "a": 1 }', idempotency_key="k"))

@@ -148,11 +148,65 @@ def test_first_slot_of_a_stored_schedule_is_after_now() -> None:
         "0 0 31 4 *",  # never fires
         "every minute",
         "* * * * MON;",
+        "5-1 * * * *",  # a range that runs backwards (croniter would wrap it)
+        "5-1/2 * * * *",
+        "* 22-2 * * *",
+        "* * 31-1 * *",
+        "* * * dec-jan *",
+        "* * * * fri-mon",
+        "* * * * 7-1",
+        "5-5 * * * *",  # one value as a range (croniter would read every minute)
+        "* * * * sun-sun",
     ],
 )
 def test_a_malformed_cron_is_refused_at_create(cron: str) -> None:
     with pytest.raises(InvalidSchedule):
         Schedule.create("tick", cron)
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        (
+            "5-1 * * * *",
+            "the minute range '5-1' starts after it ends; write 5-59,0-1 for a "
+            "range that wraps, or 1-5 for 1 to 5",
+        ),
+        ("5-1/2 * * * *", "the minute range '5-1/2' starts after it ends; write 5-59/2,0-1/2"),
+        ("0 22-2 * * *", "the hour range '22-2' starts after it ends; write 22-23,0-2"),
+        ("0 0 31-1 * *", "the day-of-month range '31-1' starts after it ends; write 31,1"),
+        (
+            "0 0 1 nov-feb *",
+            "the month range 'nov-feb' starts after it ends; write nov-dec,jan-feb",
+        ),
+        (
+            "0 9 * * fri-mon",
+            "the day-of-week range 'fri-mon' starts after it ends; "
+            "write fri-sat,sun-mon for a range that wraps",
+        ),
+        (
+            "0 9 1-7 * &FRI-MON",
+            "the day-of-week range 'FRI-MON' starts after it ends; write FRI-SAT,SUN-MON",
+        ),
+        ("0 9 * * 7-2", "write 0-2: Sunday is 0 at the start of a range"),
+        ("5-5 * * * *", "the minute range '5-5' starts and ends on the same value"),
+        ("0 0 * * sun-sun", "the day-of-week range 'sun-sun' starts and ends on the same value"),
+    ],
+)
+def test_a_range_that_runs_backwards_or_has_one_value_names_the_field_and_the_fix(
+    cron: str, message: str
+) -> None:
+    with pytest.raises(InvalidSchedule, match=re.escape(message)):
+        Schedule.create("tick", cron)
+
+
+def test_a_day_of_week_range_may_end_on_sunday_as_cron_allows() -> None:
+    """``fri-sun`` and ``5-0`` are Friday to Sunday (cron reads a closing 0 as 7)."""
+    start = datetime(2026, 6, 1, 0, 0, tzinfo=NY)  # a Monday
+    end = datetime(2026, 6, 7, 23, 59, tzinfo=NY)
+    for cron in ("0 9 * * fri-sun", "0 9 * * 5-0", "0 9 * * 5-7", "0 9 * * FRI-SUN"):
+        weekend = Schedule.create("tick", cron, timezone="America/New_York")
+        assert [m.strftime("%a") for m in slots(weekend, start, end)] == ["Fri", "Sat", "Sun"]
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,16 @@ def idempotency_matches(existing: RunRecord, new: NewRun) -> bool:
 
 
 def idempotency_conflict(key: str, existing: RunRecord, new: NewRun) -> IdempotencyConflict:
-    what = "workflow" if existing.workflow != new.workflow else "params"
+    taken = f"idempotency key {key!r} is taken by run {existing.run_id!r} of workflow "
+    if existing.workflow != new.workflow:
+        return IdempotencyConflict(
+            f"{taken}{existing.workflow!r}; this submit is for workflow {new.workflow!r}: "
+            "use a new key for a different request"
+        )
     return IdempotencyConflict(
-        f"idempotency key {key!r} already belongs to run {existing.run_id!r} of workflow "
-        f"{existing.workflow!r} with different {what}; use a new key for a different request"
+        f"{taken}{existing.workflow!r}, submitted with other params (params are compared "
+        "as given, before the workflow's defaults fill in): resubmit the same params, or "
+        "use a new key for a different request"
     )
 
 

@@ -38,8 +38,21 @@ class WorkflowDefinition:
         except TypeError as exc:
             raise InvalidParams(
                 f"params for workflow {self.name!r} don't fit "
-                f"{self.fn.__qualname__}{self.signature}: {exc}"
+                f"{self.fn.__qualname__}{self.signature}: {exc}{self._unknown(params, exc)}"
             ) from None
+
+    def _unknown(self, params: Mapping[str, Any], exc: TypeError) -> str:
+        """The names in ``params`` the function does not take, when ``exc`` (which stops
+        at its first complaint) does not say so already: all of them, at once."""
+        taken = list(self.signature.parameters.values())[1:]  # after ctx
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken):
+            return ""
+        names = [p.name for p in taken if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+        unknown = [name for name in params if name not in names]
+        if not unknown or all(repr(name) in str(exc) for name in unknown):
+            return ""
+        listed = ", ".join(map(repr, unknown))
+        return f" (and it takes no {listed}: its params are {', '.join(names) or 'none'})"
 
     def __call__(self, ctx: Any, **params: Any) -> Awaitable[Any]:
         return self.fn(ctx, **params)

@@ -56,8 +56,10 @@ async def test_non_json_params_name_their_path(
         ({}, "items"),  # missing
         ({"items": [], "colour": "red"}, "colour"),  # extra
         ({"items": [], "ctx": 1}, "ctx"),  # the context is not a param
+        # both at once: every wrong name said, not only Python's first complaint
+        ({"colour": "red"}, r"'items' \(and it takes no 'colour': its params are items, note\)"),
     ],
-    ids=["missing", "extra", "ctx"],
+    ids=["missing", "extra", "ctx", "missing-and-extra"],
 )
 async def test_params_that_do_not_fit_the_signature(
     engine_store: Store, registry: Registry, params: dict[str, Any], match: str

@@ -24,7 +24,7 @@ from pyrula.workflows.engine.execution import (
 )
 from pyrula.workflows.engine.runner import RunEnd, execute_run
 from pyrula.workflows.engine.threads import StepThreadPool
-from pyrula.workflows.errors import ConfigurationError, LeaseLost, StoreError
+from pyrula.workflows.errors import ConfigurationError, LeaseLost, RunNotFound, StoreError
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.isolation import Isolation
 from pyrula.workflows.options import WorkerOptions
@@ -374,6 +374,10 @@ class WorkflowWorker:
                 )
             elif not active.lost:
                 await self._release(lease, active.execution)
+        except RunNotFound as exc:
+            # Deleted while it ran, or lost with the store's data (reported on its own,
+            # loudly): nothing is left to recover.
+            log.warning("run %s is gone from the store; dropped (%s)", lease.run_id, exc)
         except Exception:
             # An engine or store failure, not the workflow's: the lease will lapse and
             # the orphan scan hands the run to a worker that can finish it.

@@ -124,8 +124,7 @@ def multi_command(ctx: click.Context, args: tuple[str, ...]) -> None:
     elif command in ("stop", "stopwait", "stop_verify"):
         code = stop_nodes(nodes, sig, out, wait=command != "stop")
     elif command == "restart":
-        code = stop_nodes(nodes, sig, out, wait=True)
-        code = max(code, start_nodes(nodes, out, restart=True))
+        code = restart_nodes(nodes, sig, out)
     elif command == "kill":
         code = kill_nodes(nodes, out)
     elif command == "show":
@@ -324,10 +323,37 @@ def _send(node: Node, pid: int, sig: int, out: Out) -> bool | None:
     return True
 
 
-def stop_nodes(nodes: Sequence[Node], sig: int, out: Out, *, wait: bool) -> int:
+def restart_nodes(nodes: Sequence[Node], sig: int, out: Out) -> int:
+    """Celery's ``multi restart``: start the nodes that are down at once, signal the
+    others, and start each again as soon as it has exited (so the nodes are not all down
+    together). 1 if a signal could not be sent or a node did not start."""
+    failed = 0
+
+    def start(node: Node) -> None:
+        nonlocal failed
+        failed = max(failed, start_nodes([node], out, restart=True))
+
+    code = stop_nodes(nodes, sig, out, wait=True, on_down=start)
+    return max(code, failed)
+
+
+def stop_nodes(
+    nodes: Sequence[Node],
+    sig: int,
+    out: Out,
+    *,
+    wait: bool,
+    on_down: Callable[[Node], None] | None = None,
+) -> int:
     """Signal each live node (``stop``); with ``wait`` (``stopwait``, ``restart``) also
-    wait until each has exited. 1 if a signal could not be sent."""
+    wait until each has exited. 1 if a signal could not be sent. ``on_down(node)`` is
+    called for each node that was down already, and for each as it exits."""
     live = _live_nodes(nodes, out)
+    if on_down is not None:
+        running = {node.name for node, _ in live}
+        for node in nodes:
+            if node.name not in running:
+                on_down(node)
     if not live:
         return 0
     out.note("> Stopping nodes...")
@@ -343,14 +369,18 @@ def stop_nodes(nodes: Sequence[Node], sig: int, out: Out, *, wait: bool) -> int:
             code = 1
         elif sent:
             waiting.append((node, pid))
+        elif on_down is not None:  # gone before the signal
+            on_down(node)
     if wait and waiting:
-        _wait_down(waiting, out)
+        _wait_down(waiting, out, on_down)
     return code
 
 
-def _wait_down(waiting: list[tuple[Node, int]], out: Out) -> None:
+def _wait_down(
+    waiting: list[tuple[Node, int]], out: Out, on_down: Callable[[Node], None] | None = None
+) -> None:
     """Wait until every process has exited, printing a dot a second (as Celery does, but
-    polling more often)."""
+    polling more often); ``on_down(node)`` as each one has."""
 
     def preamble() -> None:
         pids = ", ".join(str(pid) for _, pid in waiting)
@@ -365,6 +395,8 @@ def _wait_down(waiting: list[tuple[Node, int]], out: Out) -> None:
             _remove_if(node.pidfile, pid)  # a worker that could not remove it itself
             waiting.remove((node, pid))
             out.note(f"\n\t> {node.name}: OK")
+            if on_down is not None:
+                on_down(node)
             if waiting:
                 preamble()
         if waiting:

@@ -163,6 +163,20 @@ def test_restart_gives_new_processes_and_kill_kills(cluster: Cluster) -> None:
     assert set(after) == set(before) and not set(after.values()) & set(before.values())
     assert not any(running(pid) for pid in before.values())
     assert all(running(pid) for pid in after.values())
+    # Each node is started again as it goes down (Celery's order), one that was down at once.
+    lines = restarted.stdout.splitlines()
+    down, again = (
+        lines.index(f"\t> celery1@{HOST}: OK"),
+        lines.index(f"> Restarting node celery1@{HOST}: OK"),
+    )
+    assert down < again
+    assert cluster.multi("stopwait", "2", *serving(cluster)).returncode == 0
+    assert cluster.multi("start", "1", *serving(cluster)).returncode == 0  # celery1 only
+    partly = cluster.multi("restart", *args)
+    assert partly.returncode == 0, partly.stdout + partly.stderr
+    assert f"> celery2@{HOST}: DOWN" in partly.stdout
+    assert set(cluster.pids()) == {"celery1", "celery2"}
+    after = cluster.pids()
 
     killed = cluster.multi("kill", "2")
     assert killed.returncode == 0, killed.stdout + killed.stderr

@@ -48,7 +48,7 @@ def serialized(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any
     Raises NotJSONSerializable (a TypeError) naming what is not JSON, or PayloadTooLarge,
     as sending them to a worker would."""
     params = {"args": codec.to_json(list(args)), "kwargs": codec.to_json(dict(kwargs))}
-    decoded = decode(encode(params, what="params", canonical=True))
+    decoded = decode(encode(params, what="params"))  # key order kept, as calling.submit
     return codec.from_json(decoded["args"]), codec.from_json(decoded["kwargs"])
 
 

@@ -197,6 +197,7 @@ class WorkflowClient:
         run_id: str | None = None,
         expires_at: datetime | float | None = None,
         fresh_id: bool = False,
+        keep_key_order: bool = False,
     ) -> RunHandle:
         """Queue a run of ``workflow`` with ``params``; return its handle.
 
@@ -205,7 +206,10 @@ class WorkflowClient:
         says ``run_id`` was just made up at random by the caller (a uuid4), so no earlier
         run can hold it: a store may skip looking for one (an ArchivingStore's archive
         lookup). A run still queued at ``expires_at`` is never started (it ends cancelled
-        with ``RunExpired``).
+        with ``RunExpired``). Params are stored with their keys sorted, so the same params
+        in another key order are the same request; ``keep_key_order=True`` keeps the order
+        given, dicts inside included (the Celery drop-in's: a task receives its dicts as
+        they were sent), and the same params in another order are then other params.
 
         ``delay`` (seconds or timedelta) or ``start_at`` (aware datetime) hold the run back.
         A repeated ``idempotency_key`` returns the first run; the same key with other
@@ -222,6 +226,7 @@ class WorkflowClient:
             run_id=run_id,
             expires_at=expires_at,
             fresh_id=fresh_id,
+            keep_key_order=keep_key_order,
         )
         record, _ = await self.store.create_run(new)
         return RunHandle(self.store, record.workflow, record.run_id)
@@ -238,6 +243,7 @@ class WorkflowClient:
         run_id: str | None = None,
         expires_at: datetime | float | None = None,
         fresh_id: bool = False,
+        keep_key_order: bool = False,
     ) -> NewRun:
         """The run ``submit`` would create, checked, without storing it (the blocking
         client checks in the calling thread, then stores it by the fastest way)."""
@@ -248,7 +254,9 @@ class WorkflowClient:
         definition = self._registry.find(name) if isinstance(workflow, str) else workflow
         if definition is None and self._require_registered:
             self._registry.get(name)  # raises UnknownWorkflow with the registered names
-        text = encode(dict(params), what="params", max_bytes=self._max_payload, canonical=True)
+        text = encode(
+            dict(params), what="params", max_bytes=self._max_payload, canonical=not keep_key_order
+        )
         if definition is not None:
             self._check_params(definition, params)
         if idempotency_key is not None and (

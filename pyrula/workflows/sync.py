@@ -134,6 +134,7 @@ class WorkflowClient:
         run_id: str | None = None,
         expires_at: datetime | float | None = None,
         fresh_id: bool = False,
+        keep_key_order: bool = False,
     ) -> SyncRunHandle:
         """Queue a run; see the async client's ``submit``."""
         new = self._async.new_run(
@@ -146,6 +147,7 @@ class WorkflowClient:
             run_id=run_id,
             expires_at=expires_at,
             fresh_id=fresh_id,
+            keep_key_order=keep_key_order,
         )
         # Through an archive only an id made up at random skips its lookup (see NewRun).
         direct = idempotency_key is None and (new.generated_id or not self._archived)

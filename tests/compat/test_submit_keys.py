@@ -43,7 +43,13 @@ def test_a_generated_task_id_reserves_no_key_and_a_chosen_one_is_the_key(
         record = stored(url, plain.id)
         origin = f"gen{os.getpid()}@{socket.gethostname()}"  # the sender: request.origin
         assert record.idempotency_key is None and record.params == (
-            f'{{"args":[1,2],"headers":{{"origin":"{origin}"}},"kwargs":{{}}}}'
+            f'{{"args":[1,2],"kwargs":{{}},"headers":{{"origin":"{origin}"}}}}'
+        )
+        # Dicts keep their key order, as kombu's JSON keeps it (the engine's own params
+        # are stored sorted): a task gets them as they were sent.
+        ordered = add.delay({"b": 1, "a": 2}, y={"z": 0, "c": 1})
+        assert stored(url, ordered.id).params.startswith(
+            '{"args":[{"b":1,"a":2}],"kwargs":{"y":{"z":0,"c":1}}'
         )
 
         chosen: Any = add.apply_async((1, 2), task_id="order-42")

@@ -174,6 +174,12 @@ def test_task_id_is_idempotent(served: Served) -> None:
     first = t.add.apply_async((3, 4), task_id=f"order-{time.time_ns()}")
     again = t.add.apply_async((3, 4), task_id=first.id)
     assert again.id == first.id and first.get(timeout=T) == 7
+    # Dicts reach the task in the order sent (and back); the same dict in another order
+    # is the same submission for a repeated task_id.
+    sent = t.echo.apply_async(({"b": 1, "a": {"z": 2, "c": 3}},), task_id=f"echo-{first.id}")
+    assert list(sent.get(timeout=T)) == ["b", "a"] and list(sent.get()["a"]) == ["z", "c"]
+    repeat = t.echo.apply_async(({"a": {"c": 3, "z": 2}, "b": 1},), task_id=sent.id)
+    assert repeat.id == sent.id
 
 
 def test_revoke_queued_running_and_terminate(served: Served) -> None:

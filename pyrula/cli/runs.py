@@ -29,6 +29,7 @@ from pyrula.workflows.loops import purge_ended
 from pyrula.workflows.records import JournalEntry, RunRecord
 from pyrula.workflows.registry import default_registry
 from pyrula.workflows.stores import DEFAULT_STORE_URL
+from pyrula.workflows.stores.archive.wrapping import postgres_dsn_from_env, with_archive
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,10 +53,14 @@ def json_option(command: F) -> F:
 
 
 def with_store(url: str | None, action: Callable[[Store], Awaitable[T]]) -> T:
-    """Open the store, run ``action`` on it, close it; a pyrula error is one line, exit 1."""
+    """Open the store, run ``action`` on it, close it; a pyrula error is one line, exit 1.
+
+    With ``PYRULA_POSTGRES_DSN`` set, the store is wrapped as ``pyrula worker`` wraps its
+    own (:func:`~pyrula.workflows.stores.archive.wrapping.with_archive`): archived runs
+    are listed and shown, and ``runs purge`` deletes only what the archive holds."""
 
     async def main() -> T:
-        store = open_store(url)
+        store = with_archive(open_store(url), postgres_dsn_from_env())
         await store.open()
         try:
             return await action(store)

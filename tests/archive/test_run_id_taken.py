@@ -20,9 +20,8 @@ from pyrula.workflows import (
     IdempotencyConflict,
     InvalidRunState,
     PostgresArchive,
-    RunStatus,
 )
-from pyrula.workflows.records import NewRun, RunRecord
+from pyrula.workflows.records import NewRun, Outcome, RunRecord
 from pyrula.workflows.stores.valkey import ValkeyStore
 from tests.stores.conftest import FakeClock
 from tests.stores.helpers import COMPLETED, new_run
@@ -72,21 +71,23 @@ def counting(store: ArchivingStore) -> CountingArchive:
     return store.archive
 
 
-async def ended_and_archived(store: ArchivingStore, clock: FakeClock, new: NewRun) -> RunRecord:
-    """Create ``new``, run it to completion, archive it and expire it from Valkey (the
-    reconcile loop's two steps, forced); the archived record."""
+async def ended_and_archived(
+    store: ArchivingStore, clock: FakeClock, new: NewRun, outcome: Outcome = COMPLETED
+) -> RunRecord:
+    """Create ``new``, run it to its end (``outcome``), archive it and expire it from
+    Valkey (the reconcile loop's two steps, forced); the archived record."""
     _, created = await store.create_run(new)
     assert created
     (lease,) = await store.claim_runs("w1", [new.workflow], 1, 30.0)
     assert lease.run_id == new.run_id
-    await store.finish_run(new.run_id, lease.token, COMPLETED)
+    await store.finish_run(new.run_id, lease.token, outcome)
     clock.advance(SKEW + 1)
     assert await store.archive_ended() == 1
     clock.advance(TTL + 1)
     assert await store.expire_archived() == 1
     assert await store.live.get_run(new.run_id) is None
     archived = await store.archive.get_run(new.run_id)
-    assert archived is not None and archived.status is RunStatus.COMPLETED
+    assert archived is not None and archived.status is outcome.status
     return archived
 
 

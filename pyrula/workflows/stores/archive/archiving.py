@@ -210,18 +210,7 @@ class ArchivingStore(ScheduleAdmin):
         if status is not None and not status.is_terminal:
             return live  # the archive holds ended runs only
         seen = {run.run_id for run in live}
-        archived = [
-            run
-            for run in await self.archive.list_runs(
-                workflow=workflow, status=status, owner=owner, limit=limit
-            )
-            if run.run_id not in seen
-        ]
-        # An archived run may still be live, not matching the filters any more.
-        still_live = await asyncio.gather(*(self.live.get_run(run.run_id) for run in archived))
-        archived = [
-            run for run, live_copy in zip(archived, still_live, strict=True) if live_copy is None
-        ]
+        archived = await self._archived_only(workflow, status, owner, limit, seen)
         merged: list[RunRecord] = []
         i = j = 0
         while len(merged) < limit and (i < len(live) or j < len(archived)):
@@ -236,9 +225,41 @@ class ArchivingStore(ScheduleAdmin):
                 j += 1
         return merged
 
+    async def _archived_only(
+        self,
+        workflow: str | None,
+        status: RunStatus | None,
+        owner: str | None,
+        limit: int,
+        seen: set[str],
+    ) -> list[RunRecord]:
+        """Up to ``limit`` archived runs matching the filters, newest first, that the live
+        store does not hold (``seen``: those it listed; an archived run may also still be
+        live with another status, after a retry). Asked again for twice as many while
+        such runs leave fewer than ``limit``: their number is bounded by the live store."""
+        ask = limit
+        while True:
+            found = await self.archive.list_runs(
+                workflow=workflow, status=status, owner=owner, limit=ask
+            )
+            candidates = [run for run in found if run.run_id not in seen]
+            live_copies = await asyncio.gather(
+                *(self.live.get_run(run.run_id) for run in candidates)
+            )
+            kept = [run for run, copy in zip(candidates, live_copies, strict=True) if copy is None]
+            if len(kept) >= limit or len(found) < ask:
+                return kept[:limit]
+            ask *= 2
+
     async def delete_run(self, run_id: str) -> bool:
+        """Delete from both stores: the archive first, so an unreachable archive raises
+        before anything changed; again after the live delete, in case the archiver copied
+        the run in between."""
+        archived = await self.archive.delete_run(run_id)
         deleted = await self.live.delete_run(run_id)
-        return await self.archive.delete_run(run_id) or deleted
+        if deleted:
+            archived = await self.archive.delete_run(run_id) or archived
+        return archived or deleted
 
     async def purge_runs(self, ended_before: float, limit: int) -> int:
         """Forget runs that ended before ``ended_before`` from both stores, archiving

@@ -186,7 +186,8 @@ class ValkeyCore:
         await self._server.command("LTRIM", wake, 0, 7)
 
     async def _flow_take(self, run: list[str], workflow: str, lease_ttl: float) -> str:
-        """'ok' (the run may be claimed), or why it is held back ('cap', 'rate')."""
+        """'ok' (the run may be claimed: this call gave it its slot and token), or why it
+        is held back ('cap', 'rate', 'held': another claimer took its slot)."""
         run_id, owner, rate_key, per_second, burst, cap = run
         reply = await self._server.call(
             "flow_take",

@@ -304,8 +304,11 @@ class QueueOps(ValkeyCore):
             run_id, owner, rate_key = blocked[0], blocked[1], blocked[2]
             verdict = await self._flow_take(blocked, workflow, ttl)
             admitted = [run_id] if verdict == "ok" else []
-            if verdict == "cap":
-                capped.append(owner)  # the cap holds all the owner's runs
+            if verdict in ("cap", "held"):
+                # The cap holds all the owner's runs; or the run at its head holds a slot
+                # another claimer took for it (theirs to run and to free: releasing it here
+                # when this claim did not get the run let a second run of the owner in).
+                capped.append(owner)
             elif verdict == "rate":
                 held += [owner, rate_key]  # runs of other keys behind it may go
             reply = await self._shard(

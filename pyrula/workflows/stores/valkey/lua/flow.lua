@@ -5,8 +5,10 @@
 -- as "tokens|updated_at", the maths of stores/flow.py):
 --   flow_take   ARGV[2..] the owner's concurrency zset ('' no cap), run_id, cap, rate_key
 --               ('' none), rate_per_second, rate_burst, lease_ttl
---               -> {'ok'} | {'cap'} | {'rate', next_token_at}; on 'ok' the run holds a
---               concurrency slot (member, scored by its lease expiry) and a token
+--               -> {'ok'} | {'cap'} | {'held'} | {'rate', next_token_at}; on 'ok' this
+--               call gave the run a concurrency slot (member, scored by its lease expiry)
+--               and a token; 'held': the run holds a slot already (another claimer took
+--               it: it is theirs to run, and to free), nothing taken
 --   flow_state  ARGV[2..] n, n concurrency zsets, then rate keys
 --               -> {{running count, ...}, {bucket or '', ...}}
 -- Shard leases (KEYS[1] the lease prefix "ns:{ns:leases}:"; "h" maps shard ->
@@ -29,9 +31,8 @@ register('flow_take', function(keys, argv)
   local expires = fmt(now + tonumber(argv[8]))
   if cap_key ~= '' then
     redis.call('ZREMRANGEBYSCORE', cap_key, '-inf', fmt(now))
-    if not redis.call('ZSCORE', cap_key, id) and redis.call('ZCARD', cap_key) >= cap then
-      return {'cap'}
-    end
+    if redis.call('ZSCORE', cap_key, id) then return {'held'} end
+    if redis.call('ZCARD', cap_key) >= cap then return {'cap'} end
   end
   if rate_key ~= '' then
     local bkey = keys[1] .. 'b'

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from pyrula.workflows.records import JournalEntry, RunRecord, RunStatus
+from pyrula.workflows.records import NO_FLOW, FlowControl, JournalEntry, RunRecord, RunStatus
 from pyrula.workflows.serialization import ErrorInfo
 
 CELL_WIDTH = 60
@@ -147,6 +147,27 @@ def run_dict(run: RunRecord, now: float) -> dict[str, Any]:
         "cancel_requested": run.cancel_requested,
         "recoveries": run.recoveries,
         "claims": run.claims,
+        "parent_run_id": run.parent_run_id,
+        "wake_at": iso(run.wake_at, precise=True),
+        "wait_signal": run.wait_signal,
+        "wait_child": run.wait_child,
+        "expires_at": iso(run.expires_at, precise=True),
+        "flow": _flow(run.flow),
+        "progress_state": run.progress_state,
+        "progress_info": json_value(run.progress_info),
+        "failed_position": run.failed_position,
+    }
+
+
+def _flow(flow: FlowControl) -> dict[str, Any] | None:
+    """A run's flow control (rate key and limit, owner cap), or None for none."""
+    if flow == NO_FLOW:
+        return None
+    return {
+        "rate_key": flow.rate_key,
+        "rate_per_second": flow.rate_per_second,
+        "rate_burst": flow.rate_burst,
+        "owner_concurrency": flow.owner_concurrency,
     }
 
 

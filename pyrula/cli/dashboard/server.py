@@ -53,17 +53,8 @@ class Response:
 
 
 def run_json(run: RunRecord, now: float) -> dict[str, Any]:
-    """``pyrula runs show --json``'s fields, plus the parent, wait and progress fields."""
-    document = render.run_dict(run, now)
-    document.update(
-        parent_run_id=run.parent_run_id,
-        wake_at=render.iso(run.wake_at, precise=True),
-        wait_signal=run.wait_signal,
-        wait_child=run.wait_child,
-        progress_state=run.progress_state,
-        progress_info=render.json_value(run.progress_info),
-    )
-    return document
+    """``pyrula runs show --json``'s fields."""
+    return render.run_dict(run, now)
 
 
 def worker_json(worker: WorkerInfo, now: float) -> dict[str, Any]:

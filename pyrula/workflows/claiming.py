@@ -129,6 +129,10 @@ class ClaimPlan:
         """Workflow -> loop time it last yielded a run."""
         self._turn = 0
         self._hot_turn = 0
+        self._served: str | None = None
+        """The workflow the last claim took its last run from: the next full claim starts
+        after it, so idle workflows between two busy ones do not hand the busy one
+        listed first most of the turns."""
 
     def full_due(self, now: float) -> bool:
         """Whether the last claim of every workflow is ``full_every`` old."""
@@ -149,7 +153,10 @@ class ClaimPlan:
         """Every workflow (but ``leave_out``), in the order of this claim's turn."""
         self.last_full = now
         names = self.names
-        self._turn = turn = (self._turn + 1) % len(names)
+        if self._served in names:
+            turn = (names.index(self._served) + 1) % len(names)
+        else:
+            self._turn = turn = (self._turn + 1) % len(names)
         order = names[turn:] + names[:turn]
         if leave_out:
             skip = set(leave_out)
@@ -159,6 +166,8 @@ class ClaimPlan:
     def note(self, leases: list[Lease], now: float) -> None:
         for lease in leases:
             self.hot[lease.run.workflow] = now
+        if leases:
+            self._served = leases[-1].run.workflow
 
 
 class ClaimLoop:

@@ -188,8 +188,9 @@ class ClaimLoop:
         self._work_started = self._work_ended = 0.0
         self._signalled: Sequence[str] | None = None
         """The workflows the store's last early wake-up named (None: it could not tell)."""
-        self._round_waiters: list[asyncio.Future[None]] = []
-        """Resolved when the current or next claim round ends (``round_done``)."""
+        self._round_waiters: list[asyncio.Future[int]] = []
+        """Resolved when the current or next claim round ends (``round_done``), with how
+        many runs it claimed."""
 
     def wake(self) -> None:
         """Claim now: at once if idle, else as soon as the current claim returns."""
@@ -204,16 +205,18 @@ class ClaimLoop:
             start = self.worker.store_clock.local(lease.run.available_at)
             await sleep_until(min(start, self.loop.time() + CLAIM_AHEAD))
 
-    def round_done(self) -> asyncio.Future[None]:
-        """A future resolved when the claim round under way, or else the next, ends."""
-        waiter = self.loop.create_future()
+    def round_done(self) -> asyncio.Future[int]:
+        """A future resolved when the claim round under way, or else the next, ends: with
+        how many runs it claimed."""
+        waiter: asyncio.Future[int] = self.loop.create_future()
         self._round_waiters.append(waiter)
         return waiter
 
-    def _end_round(self) -> None:
+    def _end_round(self, claimed: int = 0) -> None:
         waiters, self._round_waiters = self._round_waiters, []
         for waiter in waiters:
-            _resolve(waiter)
+            if not waiter.done():
+                waiter.set_result(claimed)
 
     async def run(self) -> None:
         worker = self.worker
@@ -243,7 +246,7 @@ class ClaimLoop:
                     backoff = min(backoff * 2, STORE_ERROR_BACKOFF_MAX)
                     why = Why.POLL
                     continue
-                self._end_round()
+                self._end_round(claimed)
                 backoff = self.poll
                 if claimed >= free:
                     why = Why.SLOT

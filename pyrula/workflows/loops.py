@@ -204,11 +204,14 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
     tick = True  # fire timers; False: only recompute the next wake-up (after a hint)
     deadline = None
     target: float | None = None  # the due time (store clock) the deadline is for
+    target_early = False  # the deadline is CLAIM_AHEAD before target
     handed = -math.inf  # the last due time the claim loop was woken for
+    recheck: float | None = None  # a due time to look at once more, at the time itself
     gap = TIMER_HINT_GAP
     while True:
         delay = options.timer_poll_interval_s
         due_next: float | None = None
+        due_early = False
         asked = loop.time()
         try:
             # Ask for the next due time BEFORE firing: next_due_at counts only times after
@@ -230,7 +233,18 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
                 worker.store_clock.note(store_now, loop.time())  # a hold's start, see there
                 until = max(0.0, due - lead - store_now)
                 if until < delay:
-                    delay, due_next = until, due
+                    delay, due_next, due_early = until, due, lead > 0
+            if recheck is not None:
+                # The claim woken early for it took nothing: a run held by a rate limit is
+                # refused until its token is there, and once that time has passed
+                # next_due_at (future times only) no longer names it. One more look at
+                # the time itself; once only, so a worker with every slot taken does not
+                # spin on it.
+                store_now = await worker.store.now()
+                until = max(0.0, recheck - store_now)
+                if until < delay:
+                    delay, due_next, due_early = until, recheck, False
+                recheck = None
         except StoreError as exc:
             log.warning("timer scan failed: %s", exc)
         # A look after a hint only moves the wake-up earlier: a time it did not return
@@ -239,7 +253,7 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
         if tick or deadline is None or later < deadline:
             if not (tick or deadline is None):
                 gap = TIMER_HINT_GAP
-            deadline, target = later, due_next
+            deadline, target, target_early = later, due_next, due_early
         else:
             gap = min(2 * gap, TIMER_HINT_GAP_MAX)
         why = await _until_due_or_changed(worker, deadline, asked, gap)
@@ -248,7 +262,9 @@ async def timer_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
                 handed = target
             worker.wake_claimers()
             # The next look comes after that claim, which takes the run it was for.
-            await worker.claim_round_done(CLAIM_AHEAD)
+            claimed = await worker.claim_round_done(CLAIM_AHEAD)
+            if target is not None and target_early and not claimed:
+                recheck = target
         tick = why is not _Why.HINT
 
 

@@ -455,10 +455,15 @@ class WorkflowWorker:
         if self._claimer is not None:
             self._claimer.wake()
 
-    async def claim_round_done(self, timeout: float) -> None:
+    async def claim_round_done(self, timeout: float) -> int | None:
         """Wait until the claim loop's current or next claim round ends, at most
-        ``timeout`` seconds (it may not claim: every slot taken)."""
-        if self._claimer is not None:
-            done = self._claimer.round_done()
-            await asyncio.wait([done], timeout=timeout)
-            done.cancel()
+        ``timeout`` seconds (it may not claim: every slot taken); how many runs it claimed,
+        None if no round ended in time."""
+        if self._claimer is None:
+            return None
+        done = self._claimer.round_done()
+        await asyncio.wait([done], timeout=timeout)
+        if done.done():
+            return done.result()
+        done.cancel()
+        return None

@@ -16,14 +16,8 @@ import pytest
 from pyrula.workflows import ArchivingStore, PostgresArchive, RunStatus, StoreUnavailable
 from pyrula.workflows.records import Outcome
 from pyrula.workflows.stores.valkey import ValkeyStore
+from tests.archive.archiving_helpers import SKEW, TTL, ended_and_archived
 from tests.archive.postgres import PostgresProcess, fresh_schema, migrate
-from tests.archive.test_run_id_taken import (  # noqa: F401  (fixtures)
-    SKEW,
-    TTL,
-    clock,
-    ended_and_archived,
-    store,
-)
 from tests.stores.conftest import FakeClock
 from tests.stores.helpers import new_run
 from tests.valkey.servers import ValkeyProcess, fresh_namespace
@@ -36,8 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_list_runs_fills_its_limit_past_archived_runs_retried_since(
-    store: ArchivingStore,  # noqa: F811
-    clock: FakeClock,  # noqa: F811
+    store: ArchivingStore,
+    clock: FakeClock,
 ) -> None:
     for run_id in ("fA", "fB"):  # failed, archived, gone from Valkey
         await ended_and_archived(store, clock, new_run(run_id=run_id), FAILED)
@@ -87,8 +81,8 @@ async def test_delete_run_with_the_archive_down_changes_nothing(
 
 
 async def test_the_cli_reads_through_the_archive_named_by_the_environment(
-    store: ArchivingStore,  # noqa: F811
-    clock: FakeClock,  # noqa: F811
+    store: ArchivingStore,
+    clock: FakeClock,
     archive_dsn: str,
 ) -> None:
     await ended_and_archived(store, clock, new_run(run_id="gone-from-valkey"))

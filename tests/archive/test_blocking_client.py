@@ -14,7 +14,7 @@ from pyrula.workflows import ArchivingStore, InvalidRunState, RunStatus
 from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.stores.valkey.blocking import BlockingValkey
 from pyrula.workflows.sync import WorkflowClient
-from tests.archive.test_run_id_taken import TTL, CountingArchive, ended_and_archived
+from tests.archive.archiving_helpers import TTL, CountingArchive, ended_and_archived
 from tests.stores.conftest import FakeClock
 from tests.stores.helpers import new_run
 from tests.valkey.servers import ValkeyProcess, fresh_namespace

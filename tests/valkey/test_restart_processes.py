@@ -159,19 +159,10 @@ class Workers:
 
 
 @pytest.fixture
-def server() -> Iterator[ValkeyProcess]:
-    """A server of this test's own, without persistence: it loses its data."""
-    process = ValkeyProcess()
-    process.start()
-    try:
-        yield process
-    finally:
-        process.cleanup()
-
-
-@pytest.fixture
-def workers(tmp_path: Path, server: ValkeyProcess) -> Iterator[Workers]:
-    url = f"{server.url}/0?namespace={fresh_namespace()}&shard_count=4" + (
+def workers(tmp_path: Path, own_server: ValkeyProcess) -> Iterator[Workers]:
+    """Worker processes on a server of the test's own (without persistence: it loses
+    its data)."""
+    url = f"{own_server.url}/0?namespace={fresh_namespace()}&shard_count=4" + (
         "&shard_lease_ttl=2&shard_lease_interval=0.5"
     )
     started = Workers(tmp_path, url)
@@ -379,8 +370,9 @@ def stop(workers: Workers, procs: list[WorkerProcess]) -> None:
 
 
 async def test_workers_carry_on_after_the_server_restarts_empty(
-    server: ValkeyProcess, workers: Workers, tmp_path: Path
+    own_server: ValkeyProcess, workers: Workers, tmp_path: Path
 ) -> None:
+    server = own_server
     store = ValkeyStore.from_url(workers.url)
     client = WorkflowClient(store)
     gate = tmp_path / "gate"
@@ -418,8 +410,9 @@ async def test_workers_carry_on_after_the_server_restarts_empty(
 
 
 async def test_workers_carry_on_after_the_server_is_flushed(
-    server: ValkeyProcess, workers: Workers, tmp_path: Path
+    own_server: ValkeyProcess, workers: Workers, tmp_path: Path
 ) -> None:
+    server = own_server
     store = ValkeyStore.from_url(workers.url)
     client = WorkflowClient(store)
     gate = tmp_path / "gate"

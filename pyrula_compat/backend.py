@@ -12,7 +12,7 @@ also has ``name``, ``args``, ``kwargs``, ``worker``, ``retries`` and ``queue``.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.serialization import ErrorInfo
@@ -83,9 +83,7 @@ class Backend:
             "result": info_of(record),
             "traceback": traceback,
             "children": trail.children_json(self.app, result.id) if record.is_terminal else [],
-            "date_done": (
-                None if done is None else datetime.fromtimestamp(done, timezone.utc).isoformat()
-            ),
+            "date_done": (None if done is None else datetime.fromtimestamp(done, UTC).isoformat()),
             "task_id": result.id,
         }
         if self.app.conf.result_extended:

@@ -21,7 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord
@@ -41,7 +41,7 @@ log = logging.getLogger("pyrula_compat")
 
 def aware(value: datetime) -> datetime:
     """A naive datetime is UTC, as Celery's worker reads it."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def eta_datetime(value: Any) -> datetime | None:
@@ -65,7 +65,7 @@ def _expiry(value: Any) -> datetime | None:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(time.time() + float(value), timezone.utc)
+        return datetime.fromtimestamp(time.time() + float(value), UTC)
     return eta_datetime(value)
 
 
@@ -147,7 +147,7 @@ def submit(
     start_at: datetime | None = None
     if countdown is not None:
         delay = max(0.0, float(countdown))
-        eta = datetime.now(timezone.utc) + timedelta(seconds=delay)
+        eta = datetime.now(UTC) + timedelta(seconds=delay)
     elif eta is not None:
         start_at = eta
     expires_at = _expiry(options.get("expires"))

@@ -13,7 +13,7 @@ import inspect
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pyrula_compat import _state, states
@@ -64,7 +64,7 @@ def backoff_interval(factor: float, retries: int, maximum: float, full_jitter: b
 
 def _eta_epoch(when: Any) -> float | None:
     if isinstance(when, datetime):
-        aware = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+        aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
         return aware.timestamp()
     if isinstance(when, str):
         return _eta_epoch(datetime.fromisoformat(when))

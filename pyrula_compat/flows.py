@@ -24,7 +24,7 @@ import json
 import logging
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import (
@@ -83,7 +83,7 @@ def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[st
         step_ctx.set_progress(states.RETRY, {"error": error_text})
         out = {"kind": "retry", "countdown": attempt.countdown, "eta": attempt.eta}
         at = attempt.eta if attempt.eta is not None else time.time() + (attempt.countdown or 0)
-        out["retry_eta"] = datetime.fromtimestamp(at, timezone.utc).isoformat()
+        out["retry_eta"] = datetime.fromtimestamp(at, UTC).isoformat()
         if attempt.args is not None:
             out["args"] = codec.to_json(list(attempt.args))
         if attempt.kwargs is not None:
@@ -224,7 +224,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             if outcome["kind"] != "retry":
                 break
             if outcome.get("eta") is not None:
-                when = datetime.fromtimestamp(outcome["eta"], timezone.utc)
+                when = datetime.fromtimestamp(outcome["eta"], UTC)
                 await ctx.sleep_until(when, name=f"retry-{retries}")
             else:
                 await ctx.sleep(outcome.get("countdown") or 0.0, name=f"retry-{retries}")

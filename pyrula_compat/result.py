@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import (
@@ -158,7 +158,7 @@ class AsyncResult(ResultBase):
         record = self._record()
         if record is None or record.finished_at is None:
             return None
-        return datetime.fromtimestamp(record.finished_at, timezone.utc)
+        return datetime.fromtimestamp(record.finished_at, UTC)
 
     @property
     def name(self) -> str | None:

@@ -12,7 +12,7 @@ that a DST change repeats only once.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyrula.workflows import Schedule
@@ -103,7 +103,7 @@ class BaseSchedule:
         self.app = app
 
     def now(self) -> datetime:
-        return self.nowfun() if self.nowfun else datetime.now(timezone.utc)
+        return self.nowfun() if self.nowfun else datetime.now(UTC)
 
 
 class crontab(BaseSchedule):
@@ -170,7 +170,7 @@ class crontab(BaseSchedule):
     def next_after(self, moment: datetime, tz: str = "UTC") -> datetime:
         """The first slot after ``moment`` (an aware datetime)."""
         slot = self.schedule_for("x", {}, "x", tz).next_slot_after(moment.timestamp())
-        return datetime.fromtimestamp(slot, timezone.utc)
+        return datetime.fromtimestamp(slot, UTC)
 
     def remaining_estimate(self, last_run_at: datetime) -> timedelta:
         return self.next_after(self.now()) - self.now()

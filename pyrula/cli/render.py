@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -58,7 +58,7 @@ def iso(ts: float | None, *, precise: bool = False) -> str | None:
     """Epoch seconds as ISO-8601 UTC with a ``Z``; milliseconds when ``precise``."""
     if ts is None:
         return None
-    moment = datetime.fromtimestamp(ts, timezone.utc)
+    moment = datetime.fromtimestamp(ts, UTC)
     text = moment.isoformat(timespec="milliseconds" if precise else "seconds")
     return text.replace("+00:00", "Z")
 

@@ -45,8 +45,6 @@ class _Active:
     execution: RunExecution | None = None
     lost: bool = False
     """The lease was lost; the renew loop cancelled the task (loops.renew_once)."""
-    stopped: bool = False
-    """The drain cancelled the task (the worker is stopping)."""
     cancel_requested: bool = False
     """A cancel the renew loop learnt before the execution started (a held run)."""
     released: bool = field(default=False)
@@ -361,7 +359,7 @@ class WorkflowWorker:
             if end is RunEnd.SUSPENDED:
                 self.timers_changed.set()  # the timer loop recomputes its next wake-up
         except asyncio.CancelledError:
-            if not (active.lost or active.stopped or being_cancelled(if_unknown=False)):
+            if not (active.lost or being_cancelled()):
                 # Nobody cancelled the task: engine or user code raised it (the engine
                 # fails a run whose code raises it, so this is rare). Requeued now, the
                 # run would be claimed again at once and raise it again, forever; left
@@ -427,7 +425,6 @@ class WorkflowWorker:
         remaining = []
         for active in self.active_runs.values():
             if active.task is not None and not active.task.done():
-                active.stopped = True  # for Python 3.10, which has no Task.cancelling()
                 active.task.cancel()
                 remaining.append(active.task)
         if remaining:

@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -196,7 +196,7 @@ class Celery:
         return name if name and isinstance(name, str) else localtz.zone_name(self.timezone)
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc).astimezone(self.timezone)
+        return datetime.now(UTC).astimezone(self.timezone)
 
     def check_serializers(self) -> None:
         """Refuse settings that ask for pickle, yaml or msgpack: pyrula stores JSON."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord, Store, inspection, open_store
@@ -175,7 +175,7 @@ async def retry_wait(store: Store, record: RunRecord) -> dict[str, Any] | None:
     request["args"], request["kwargs"] = _retried_arguments(journal, request)
     request["time_start"] = None  # the retry has not started
     at = record.wake_at if record.wake_at is not None else _number(sleep.value)
-    eta = datetime.fromtimestamp(at, timezone.utc).isoformat() if at is not None else None
+    eta = datetime.fromtimestamp(at, UTC).isoformat() if at is not None else None
     return {"eta": eta, "priority": 0, "request": request}
 
 

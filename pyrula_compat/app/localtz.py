@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 log = logging.getLogger("pyrula_compat")
@@ -45,7 +45,7 @@ class LocalTimezone(tzinfo):
     def fromutc(self, dt: datetime) -> datetime:
         if dt.tzinfo is not self:
             raise ValueError("fromutc: dt.tzinfo is not self")
-        seconds = dt.replace(tzinfo=timezone.utc).timestamp()
+        seconds = dt.replace(tzinfo=UTC).timestamp()
         offset = time.localtime(seconds).tm_gmtoff
         return (dt + timedelta(seconds=offset)).replace(tzinfo=self)
 

@@ -9,7 +9,7 @@ import os
 import random
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
@@ -388,7 +388,7 @@ def test_crontab_fields_and_errors() -> None:
 def test_crontab_day_of_week_and_day_of_month_are_anded() -> None:
     first_monday = crontab(minute=0, hour=0, day_of_week="mon", day_of_month="1-7")
     assert first_monday.day_and
-    start = datetime(2024, 1, 1, 0, 30, tzinfo=timezone.utc)  # a Monday, just past 00:00
+    start = datetime(2024, 1, 1, 0, 30, tzinfo=UTC)  # a Monday, just past 00:00
     slots = []
     moment = start
     for _ in range(3):
@@ -400,12 +400,12 @@ def test_crontab_day_of_week_and_day_of_month_are_anded() -> None:
 def test_crontab_reads_the_app_timezone_and_keeps_dst_rules() -> None:
     nine = crontab(minute=0, hour=9)
     paris = nine.schedule_for("t", {}, "t", "Europe/Paris")
-    after = datetime(2024, 7, 1, 12, tzinfo=timezone.utc).timestamp()
-    slot = datetime.fromtimestamp(paris.next_slot_after(after), timezone.utc)
-    assert slot == datetime(2024, 7, 2, 7, 0, tzinfo=timezone.utc)  # 09:00 CEST
+    after = datetime(2024, 7, 1, 12, tzinfo=UTC).timestamp()
+    slot = datetime.fromtimestamp(paris.next_slot_after(after), UTC)
+    assert slot == datetime(2024, 7, 2, 7, 0, tzinfo=UTC)  # 09:00 CEST
     # 02:30 happens twice when clocks go back (2024-10-27): it fires once.
     half_two = crontab(minute=30, hour=2).schedule_for("t", {}, "t", "Europe/Paris")
-    start = datetime(2024, 10, 26, 23, 0, tzinfo=timezone.utc).timestamp()
+    start = datetime(2024, 10, 26, 23, 0, tzinfo=UTC).timestamp()
     first = half_two.next_slot_after(start)
     second = half_two.next_slot_after(first)
     assert second - first > 20 * 3600

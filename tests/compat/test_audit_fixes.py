@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +106,14 @@ def test_a_link_that_raises_leaves_the_task_successful(served: Served) -> None:
 # -- 2. request.eta and request.expires --------------------------------------------------
 def test_request_eta_and_expires_are_iso_strings(served: Served) -> None:
     a = audit()
-    sent = datetime.now(timezone.utc)
+    sent = datetime.now(UTC)
     seen = a.request_times.apply_async(countdown=0.5, expires=60).get(timeout=T)
     eta, expires = datetime.fromisoformat(seen["eta"]), datetime.fromisoformat(seen["expires"])
     assert abs((eta - sent).total_seconds() - 0.5) < 5
     assert abs((expires - sent).total_seconds() - 60) < 5
 
-    at = datetime.now(timezone.utc) + timedelta(seconds=0.3)
-    until = datetime(2099, 1, 1, tzinfo=timezone.utc)
+    at = datetime.now(UTC) + timedelta(seconds=0.3)
+    until = datetime(2099, 1, 1, tzinfo=UTC)
     seen = a.request_times.apply_async(eta=at, expires=until).get(timeout=T)
     assert seen["eta"] == at.isoformat() and seen["expires"] == until.isoformat()
     assert a.request_times.delay().get(timeout=T) == {"retries": 0, "eta": None, "expires": None}
@@ -259,10 +259,7 @@ def test_inspect_answers_from_the_store(served: Served) -> None:
     assert request["time_start"] is not None and request["worker_pid"] > 0
     scheduled = inspect.scheduled()["store"]
     [entry] = [e for e in scheduled if e["request"]["id"] == later.id]
-    assert (
-        entry["request"]["args"] == [20, 22]
-        and entry["eta"] > datetime.now(timezone.utc).isoformat()
-    )
+    assert entry["request"]["args"] == [20, 22] and entry["eta"] > datetime.now(UTC).isoformat()
     assert all(tasks == [] for tasks in inspect.reserved().values())
     found = Inspect(app=served.app).query_task(running.id, later.id)
     assert found[node] == {running.id: ["active", request]}
@@ -279,7 +276,7 @@ def test_inspect_answers_from_the_store(served: Served) -> None:
 def test_inspect_scheduled_lists_a_task_waiting_for_its_retry(served: Served) -> None:
     """Celery's retry is a message with an eta, which ``scheduled()`` lists: here a run
     sleeping until its retry, with the retry's time and arguments."""
-    sent = datetime.now(timezone.utc)
+    sent = datetime.now(UTC)
     result = audit().retry_later.delay(4)
     wait_until(lambda: result.state == states.RETRY, T, "the retry")
     inspect = served.app.control.inspect()

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -276,7 +276,7 @@ def test_a_posix_rule_keeps_its_daylight_saving_time(tz_env: None) -> None:
     assert zone.utcoffset(datetime(2024, 1, 15, 12)) == timedelta(hours=1)
     assert zone.utcoffset(datetime(2024, 7, 15, 12)) == timedelta(hours=2)
     assert zone.dst(datetime(2024, 7, 15, 12)) == timedelta(hours=1)
-    summer = datetime(2024, 7, 15, 10, tzinfo=timezone.utc).astimezone(zone)
+    summer = datetime(2024, 7, 15, 10, tzinfo=UTC).astimezone(zone)
     assert (summer.hour, summer.utcoffset()) == (12, timedelta(hours=2))
 
 

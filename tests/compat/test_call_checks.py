@@ -5,7 +5,7 @@ would be sent, failing at the call as Celery's serializer does."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -56,7 +56,7 @@ def test_eager_calls_send_arguments_through_the_workers_encoding(app: Any) -> No
     class Model:  # a Django model instance passed by mistake
         pk = 1
 
-    at = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    at = datetime(2024, 5, 1, tzinfo=UTC)
     keys = {7: "int", 2.5: "float", True: "bool", None: "none", "x": {3: (at, "t")}}
     as_json = {"7": "int", "2.5": "float", "true": "bool", "null": "none", "x": {"3": [at, "t"]}}
     assert echo.delay(keys).get() == as_json

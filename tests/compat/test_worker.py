@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -163,7 +163,7 @@ def test_countdown_and_eta(served: Served) -> None:
     started = time.monotonic()
     delayed = t.add.apply_async((1, 1), countdown=1.5)
     assert delayed.state == states.PENDING
-    eta = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+    eta = datetime.now(UTC) + timedelta(seconds=1.5)
     at_eta = t.add.apply_async((2, 2), eta=eta)
     assert delayed.get(timeout=T) == 2 and at_eta.get(timeout=T) == 4
     assert time.monotonic() - started >= 1.4
@@ -336,7 +336,7 @@ def test_soft_time_limit_is_raised_inside_the_body(served: Served) -> None:
 
 
 def test_datetimes_round_trip_like_kombu_json(served: Served) -> None:
-    moment = datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc)
+    moment = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
     assert tasks().echo.delay({"at": moment, "pair": (1, 2)}).get(timeout=T) == {
         "at": moment,
         "pair": [1, 2],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -120,7 +120,7 @@ async def test_sleep_until_wakes_at_the_given_time(
 ) -> None:
     @workflow(registry=registry)
     async def alarm(ctx: WorkflowContext, at: float) -> float:
-        await ctx.sleep_until(datetime.fromtimestamp(at, timezone.utc))
+        await ctx.sleep_until(datetime.fromtimestamp(at, UTC))
         return (await ctx.now()).timestamp()
 
     await start_worker(engine_store, [alarm])

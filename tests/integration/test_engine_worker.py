@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -117,7 +117,7 @@ async def test_a_delayed_run_starts_on_time(
     timing: dict[str, Any] = (
         {"delay": timedelta(seconds=0.5)}
         if how == "delay"
-        else {"start_at": datetime.now(timezone.utc) + timedelta(seconds=0.5)}
+        else {"start_at": datetime.now(UTC) + timedelta(seconds=0.5)}
     )
     handle = await client.submit("later", **timing)
     queued = await handle.record()

@@ -181,7 +181,7 @@ class Dashboard:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 return
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             fields = request_line.split()

@@ -29,17 +29,15 @@ def refuse_inside_step(what: str) -> None:
         )
 
 
-def being_cancelled(*, if_unknown: bool = True) -> bool:
+def being_cancelled() -> bool:
     """Whether the current task is being cancelled: ``Task.cancel()`` was called on it
     (a worker's drain, a lost lease, a timeout, a cancelled ``gather``) and not undone.
 
     An ``asyncio.CancelledError`` that arrives while this is False was raised by the
-    code the task runs (a step, a library leaking one), not by a cancellation. Python
-    3.10 cannot tell the two apart (``Task.cancelling()`` is 3.11+): there this returns
-    ``if_unknown``.
+    code the task runs (a step, a library leaking one), not by a cancellation.
     """
-    cancelling = getattr(asyncio.current_task(), "cancelling", None)
-    return if_unknown if cancelling is None else cancelling() > 0
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class EngineSignal(BaseException):

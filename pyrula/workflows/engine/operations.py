@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.client import outcome_of
@@ -76,7 +76,7 @@ async def now(execution: RunExecution) -> datetime:
         execution.check_boundary()
         entry = _entry(execution, position, "now", "now", await execution.store_now())
         await execution.append(entry)
-    return datetime.fromtimestamp(float(decode(entry.value)), timezone.utc)
+    return datetime.fromtimestamp(float(decode(entry.value)), UTC)
 
 
 async def sleep_until(

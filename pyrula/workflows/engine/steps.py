@@ -251,7 +251,7 @@ async def _call(
     ):
         try:
             return await asyncio.wait_for(_guarded(name, fn(*args, **kwargs)), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False, StepTimeout(f"step {name!r} did not finish within {timeout}s")
     loop = asyncio.get_running_loop()
     started = time.monotonic()

@@ -80,7 +80,7 @@ class Notifier:
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             self.unregister(key, fut)

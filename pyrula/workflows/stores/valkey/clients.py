@@ -89,7 +89,7 @@ async def close_on(loop: asyncio.AbstractEventLoop, client: Any) -> bool:
         return False
     try:
         await asyncio.wait_for(asyncio.wrap_future(closed), CLOSE_ON_OTHER_LOOP)
-    except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11 on
+    except TimeoutError:  # one class from Python 3.11 on
         for task, closing in started:
             if inspect.getcoroutinestate(closing) == inspect.CORO_CREATED:
                 # That loop stopped before the task's first step (it was stopping when

@@ -89,6 +89,7 @@ def runs_group() -> None:
 @click.argument("name")
 @click.option("--params", "params_text", metavar="JSON", help="The run's params, a JSON object.")
 @click.option(
+    "-w",
     "--workflow",
     "modules",
     multiple=True,

@@ -68,8 +68,8 @@ def test_a_run_is_queued_with_its_params_checked_by_the_imported_workflow(db: Pa
     assert json.loads(run.params) == {"a": 1, "b": 2}
     assert run.owner == "t-1" and run.status is RunStatus.QUEUED
     assert run.available_at >= run.created_at + 29
-    # Params that don't fit the signature: a usage error, nothing stored.
-    bad = invoke("runs", "submit", "cli_add", "--workflow", MODULE, "--store", url,
+    # Params that don't fit the signature: a usage error, nothing stored (-w is --workflow).
+    bad = invoke("runs", "submit", "cli_add", "-w", MODULE, "--store", url,
                  "--params", '{"a": 1}')  # fmt: skip
     assert bad.exit_code == 2 and "missing a required argument: 'b'" in bad.output
     assert len(stored(db)) == 1

@@ -204,6 +204,44 @@ async def test_a_different_step_at_a_journaled_position_fails_as_nondeterministi
     assert [(e.name, e.ok) for e in journal] == [("a", True)]
 
 
+@pytest.mark.parametrize("ends_by", ["returning", "raising"])
+async def test_a_replay_that_ends_before_its_journal_fails_as_nondeterministic(
+    engine_store: Store, registry: Registry, start_worker: StartWorker, ends_by: str
+) -> None:
+    code: dict[str, Any] = {"version": 1}
+
+    def finish() -> str:
+        raise Fatal("not yet")
+
+    @workflow(registry=registry)
+    async def shrinking(ctx: WorkflowContext) -> str:
+        await ctx.step("a", lambda: 1)
+        if code["version"] == 2:  # "a deploy" removed step b and what came after it
+            if ends_by == "raising":
+                raise ValueError("version 2 gives up here")
+            return "short"
+        await ctx.step("b", lambda: 2)
+        result: str = await ctx.step("finish", finish, retry=NO_RETRY)
+        return result
+
+    await start_worker(engine_store, [shrinking])
+    client = WorkflowClient(engine_store, registry=registry)
+    handle = await client.submit("shrinking")
+    with pytest.raises(DurableInvocationError):
+        await handle.result(timeout=10)
+
+    code["version"] = 2
+    await handle.retry()  # the retry drops finish's error; a and b stay journaled
+    with pytest.raises(DurableInvocationError) as failed:
+        await handle.result(timeout=10)
+    error = failed.value
+    assert error.error_type == "pyrula.workflows.errors.NondeterminismError"
+    assert "after 1 journal positions" in error.error_message
+    assert "step 'b' at position 1" in error.error_message
+    journal = await engine_store.load_journal(handle.run_id)
+    assert [(e.name, e.ok) for e in journal] == [("a", True), ("b", True)]
+
+
 async def test_step_called_outside_a_workflow_is_refused() -> None:
     @step
     def lonely(ctx: StepContext) -> int:

@@ -151,6 +151,22 @@ class RunExecution:
             )
         return entry
 
+    def check_journal_used(self) -> None:
+        """Raise Nondeterminism if the journal holds operations past the last position the
+        workflow reached: it ended (returned or raised) before operations an earlier
+        execution of the run journaled, as when a deploy removed them from the end.
+        (Backoff entries, at negative positions, are a step's own.)"""
+        left = sorted(p for p in self.journal if p >= self._next_position)
+        if left:
+            entry = self.journal[left[0]]
+            more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+            raise Nondeterminism(
+                f"run {self.run_id!r} ended after {self._next_position} journal positions, but "
+                f"the journal recorded {entry.kind} {entry.name!r} at position {entry.position}"
+                f"{more}: the workflow code no longer reaches operations this run already "
+                "journaled (did a deploy remove them? version the workflow name instead)"
+            )
+
     def outcome(self, entry: JournalEntry) -> Any:
         """Return a journaled result, or raise the journaled error."""
         if entry.ok:

@@ -122,6 +122,7 @@ async def _run_workflow(
             definition.check_params(params)  # InvalidParams when they don't fit
             raise
         value = await running
+        execution.check_journal_used()
         text = encode(value, what="workflow result", max_bytes=max_payload_bytes)
         return Outcome(RunStatus.COMPLETED, result=text)
     except Suspend as suspend:
@@ -134,8 +135,7 @@ async def _run_workflow(
     except Crash:
         return None
     except Nondeterminism as signal:
-        error = NondeterminismError(str(signal))
-        return Outcome(RunStatus.FAILED, error=ErrorInfo.from_exception(error).to_json())
+        return _nondeterministic(signal)
     except asyncio.CancelledError as exc:
         if being_cancelled():
             raise  # the worker stops the run here (drain, lost lease): not an outcome
@@ -148,10 +148,19 @@ async def _run_workflow(
         )
         return _failed(execution, exc)
     except BaseException as exc:
+        try:
+            execution.check_journal_used()  # an error where the journal went on
+        except Nondeterminism as signal:
+            return _nondeterministic(signal)
         log.info("run %s failed: %s: %s", execution.run_id, type(exc).__name__, exc)
         return _failed(execution, exc)
     finally:
         unbind_context(token)
+
+
+def _nondeterministic(signal: Nondeterminism) -> Outcome:
+    error = NondeterminismError(str(signal))
+    return Outcome(RunStatus.FAILED, error=ErrorInfo.from_exception(error).to_json())
 
 
 def _failed(execution: RunExecution, exc: BaseException) -> Outcome:

@@ -246,10 +246,11 @@ class WorkflowWorker:
             stop.set()
             slot_freed.set()
             self.wake_claimers()
-            _, stuck = await asyncio.wait(claimers, timeout=self.options.cancel_timeout)
-            for task in stuck:
-                task.cancel()
-            await asyncio.gather(*claimers, return_exceptions=True)
+            if claimers:  # none for a worker that serves no workflow (schedules only)
+                _, stuck = await asyncio.wait(claimers, timeout=self.options.cancel_timeout)
+                for task in stuck:
+                    task.cancel()
+                await asyncio.gather(*claimers, return_exceptions=True)
             if shard_leases is not None:  # cancelled, the loop releases this worker's shards
                 shard_leases.cancel()
                 await asyncio.gather(shard_leases, return_exceptions=True)

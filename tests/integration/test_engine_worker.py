@@ -381,3 +381,22 @@ async def test_the_orphan_scan_forgets_a_worker_killed_over_a_day_ago(
             break
         await asyncio.sleep(0.02)
     assert ids == {worker.worker_id}
+
+
+async def test_a_worker_serving_no_workflow_stops_cleanly(engine_store: Store) -> None:
+    """A scheduler-only worker (no workflow to claim) stops, deregisters and leaves no
+    loop running (its stop waited on an empty set of claim loops: ValueError)."""
+    worker = WorkflowWorker(engine_store, workflows=[], options=WorkerOptions(**FAST))
+    running = asyncio.create_task(worker.run())
+    try:
+        deadline = time.monotonic() + 10
+        while worker.worker_id not in {w.worker_id for w in await engine_store.list_workers()}:
+            assert time.monotonic() < deadline and not running.done()
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(running, 10)
+        assert worker.worker_id not in {w.worker_id for w in await engine_store.list_workers()}
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("pyrula-")]
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)

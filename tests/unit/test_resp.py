@@ -4,6 +4,7 @@ errors valkey-py raises. Over a local socket pair; no server."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -170,3 +171,37 @@ def test_closed_and_silent_servers(pair: tuple[LeanRESP2Parser, socket.socket]) 
     server.close()
     with pytest.raises(vex.ConnectionError):
         parser.read_response()
+
+
+@pytest.mark.parametrize("shape", ["bulk", "hgetall"])
+def test_a_big_reply_in_many_reads_is_parsed_a_bounded_number_of_times(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply arriving in many reads is parsed again only once enough bytes came for the
+    part it stopped at: a 4 MiB value in 64 KiB reads is parsed a few times, not once per
+    read (each parse walks and copies the whole buffer: quadratic time in the size)."""
+    from pyrula.workflows.stores.valkey import resp
+
+    big = b"x" * (4 * 1024 * 1024)
+    if shape == "bulk":
+        wire, value = b"$%d\r\n%s\r\n" % (len(big), big), big
+    else:  # a run record: short fields around one big value, then another
+        fields = [b"wf", b"w", b"p", big, b"st", b"queued", b"r", big, b"id", b"r1"]
+        wire, value = bulks(*fields), fields
+    calls = 0
+    real_parse = resp.parse
+
+    def counting(buf: bytes, pos: int) -> tuple[Any, int]:
+        nonlocal calls
+        calls += 1
+        return real_parse(buf, pos)
+
+    monkeypatch.setattr(resp, "parse", counting)
+    replies = resp.Replies()
+    chunk, got = 64 * 1024, []
+    for start in range(0, len(wire), chunk):
+        replies.feed(wire[start : start + chunk])
+        with contextlib.suppress(Incomplete):
+            got.append(replies.next())
+    assert got == [value] and not replies.pending()
+    assert calls <= 4, f"{calls} parses for {len(wire) // chunk + 1} reads"

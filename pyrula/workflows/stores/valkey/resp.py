@@ -4,8 +4,8 @@ valkey-py's pure-Python parser reads a reply one line at a time through a ``Byte
 (several calls and a ``bytes.endswith`` per element), which makes an ``HGETALL`` of a
 run record (about fifty elements) cost more CPU than the round trip itself. This parser
 keeps what the socket returned in one ``bytes`` buffer and walks it by index; a reply
-that has not fully arrived is parsed again from its start once more bytes are in (a
-reply is small: the store's payloads are bounded). Replies are the same values as
+that has not fully arrived is parsed again from its start once enough bytes are in (see
+:class:`Replies`). Replies are the same values as
 valkey-py's RESP2 parser returns (bytes, int, None, lists, an error as an
 exception instance), so it is
 passed as ``parser_class`` to a ``valkey.Connection`` and nothing else changes.
@@ -27,7 +27,12 @@ _BULK, _ARRAY, _INT, _SIMPLE, _ERROR = b"$"[0], b"*"[0], b":"[0], b"+"[0], b"-"[
 
 
 class Incomplete(Exception):
-    """The buffer ends before the reply does."""
+    """The buffer ends before the reply does. ``need``: how long the buffer (from its
+    start) must be before the parse can get further; 0 when any more bytes may do."""
+
+    def __init__(self, need: int = 0) -> None:
+        super().__init__(need)
+        self.need = need
 
 
 parse_error = cast(Callable[[str], Exception], BaseParser.parse_error)
@@ -38,34 +43,55 @@ class Replies:
     """Bytes read from a connection, and the replies in them: what the blocking and the
     asyncio parsers share. :meth:`next` parses the reply at the read position or raises
     Incomplete (nothing consumed: it is parsed again from its start once :meth:`feed`
-    added what came next)."""
+    added what came next).
 
-    __slots__ = ("buf", "pos")
+    A reply that has not fully arrived is parsed again only once enough has come for the
+    part it stopped at (the length a bulk string's header declares): until then what
+    arrives is kept in a list and joined once, so a reply of many megabytes, arriving in
+    64 KiB reads, costs time linear in its size (joining and parsing it at each read made
+    a 10 MB value take seconds)."""
+
+    __slots__ = ("_need", "_parts", "_parts_size", "buf", "pos")
 
     def __init__(self) -> None:
-        self.buf = b""
-        self.pos = 0
+        self.clear()
 
     def clear(self) -> None:
         self.buf, self.pos = b"", 0
+        self._parts: list[bytes] = []
+        self._parts_size = 0
+        self._need = 0
+        """Bytes from ``pos`` the next parse needs (0: any)."""
 
     def pending(self) -> bool:
         """Whether bytes not yet parsed are buffered."""
-        return self.pos < len(self.buf)
+        return self.pos < len(self.buf) or bool(self._parts)
 
     def feed(self, data: bytes) -> None:
-        rest = self.buf[self.pos :]
-        self.buf, self.pos = (rest + data if rest else data), 0
+        self._parts.append(data)
+        self._parts_size += len(data)
 
     def next(self) -> Any:
         """The next reply (an error reply as an exception instance), or Incomplete."""
-        buf = self.buf
+        parts = self._parts
+        if parts:
+            pos = self.pos
+            if len(self.buf) - pos + self._parts_size < self._need:
+                raise Incomplete
+            if pos < len(self.buf):
+                parts.insert(0, self.buf[pos:])
+            self.buf = parts[0] if len(parts) == 1 else b"".join(parts)
+            self.pos = 0
+            self._parts, self._parts_size = [], 0
+        buf, pos = self.buf, self.pos
         try:
-            value, end = parse(buf, self.pos)
-        except Incomplete:
+            value, end = parse(buf, pos)
+        except Incomplete as exc:
+            self._need = (exc.need or len(buf) + 1) - pos
             raise
         except (ValueError, IndexError):
-            raise vex.InvalidResponse(f"Protocol error: {buf[self.pos :][:80]!r}") from None
+            raise vex.InvalidResponse(f"Protocol error: {buf[pos:][:80]!r}") from None
+        self._need = 0
         if end >= len(buf):
             self.buf, self.pos = b"", 0
         else:
@@ -153,7 +179,7 @@ def parse(buf: bytes, pos: int) -> tuple[Any, int]:
             return None, end + 2
         stop = end + 2 + size
         if stop + 2 > len(buf):
-            raise Incomplete
+            raise Incomplete(stop + 2)
         return buf[end + 2 : stop], stop + 2
     if kind == _ARRAY:
         count = int(buf[pos + 1 : end])
@@ -179,7 +205,7 @@ def parse(buf: bytes, pos: int) -> tuple[Any, int]:
                     continue
                 stop = end + 2 + size
                 if stop + 2 > size_buf:
-                    raise Incomplete
+                    raise Incomplete(stop + 2)
                 append(buf[end + 2 : stop])
                 pos = stop + 2
             else:

@@ -35,12 +35,37 @@
 --                  recover's work for runs claimed from a ready list (common.lua
 --                  list_entry), found in each recorded workflow's in-flight list
 
+-- What a lease check reads of a run: its status, token, cancel request and flow-control
+-- fields, with one HMGET. Not load_run's HGETALL, which copies the params and the result
+-- (megabytes for a big payload) at every renewal and journal write. nil: no such run.
+local LEASE_FIELDS = {'st', 'tk', 'cr', 'fc', 'wf', 'ow'}
+local function load_lease(c, id)
+  local v = redis.call('HMGET', c.P .. K.run .. id, unpack(LEASE_FIELDS))
+  if not v[1] then return nil end
+  local r = {id = id}
+  for i, f in ipairs(LEASE_FIELDS) do
+    if v[i] then r[f] = v[i] end
+  end
+  return r
+end
+
+-- fenced (common.lua) for a write that needs only load_lease's fields of the run.
+local function fenced_lease(c, id, token)
+  local r = load_lease(c, id)
+  if r == nil then fail('NOTFOUND', id) end
+  if r.st ~= 'running' or r.tk ~= token then
+    fail('LEASE', 'run ' .. id .. ' is no longer held with token ' .. token .. ' (status '
+      .. r.st .. ', token ' .. (r.tk or '0') .. ')')
+  end
+  return r
+end
+
 register('renew', function(keys, argv)
   local c = ctx(keys, argv)
   local expires = c.now + tonumber(argv[4])
   local out = {}
   for i = 5, #argv, 2 do
-    local r = load_run(c, argv[i])
+    local r = load_lease(c, argv[i])
     if r ~= nil and TERMINAL[r.st] and r.tk == argv[i + 1] then
       -- Ended under this very lease (its finish crossed this renewal): not lost.
       out[#out + 1] = 'done'
@@ -68,7 +93,7 @@ end
 register('append', function(keys, argv)
   local c = ctx(keys, argv)
   local id, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
-  local r = fenced(c, id, token)
+  local r = fenced_lease(c, id, token)
   local other = journal_add(c, id, position, attempts, token, entry)
   if other then return done(c, {'nondet', other}) end
   return done(c, {'ok', r.cr == '1' and '1' or '0'})
@@ -78,7 +103,7 @@ register('consume_signal', function(keys, argv)
   local c = ctx(keys, argv)
   local list, id, token, position = argv[4], argv[5], argv[6], argv[7]
   local attempts, head, ok = argv[8], argv[9], argv[10]
-  fenced(c, id, token)
+  fenced_lease(c, id, token)
   local stored = redis.call('HGET', c.P .. K.journal .. id, position)
   if stored and string.sub(entry_of(stored), 1, #head) == head then
     return done(c, {'journaled', entry_of(stored)})
@@ -94,7 +119,7 @@ end)
 register('start_child', function(keys, argv)
   local c = ctx(keys, argv)
   local parent, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
-  fenced(c, parent, token)
+  fenced_lease(c, parent, token)
   local child_id = argv[9]
   local existing = load_run(c, child_id)
   if existing ~= nil and existing.pa ~= parent then
@@ -110,7 +135,7 @@ end)
 
 register('check_entry', function(keys, argv)
   local c = ctx(keys, argv)
-  fenced(c, argv[4], argv[5])
+  fenced_lease(c, argv[4], argv[5])
   local other = taken_by_other(c, argv[4], argv[6], argv[7])
   if other then return done(c, {'nondet', other}) end
   return done(c, {'ok'})
@@ -119,7 +144,7 @@ end)
 register('append_child', function(keys, argv)
   local c = ctx(keys, argv)
   local parent, token, position, attempts, entry = argv[4], argv[5], argv[6], argv[7], argv[8]
-  fenced(c, parent, token)
+  fenced_lease(c, parent, token)
   local other = journal_add(c, parent, position, attempts, token, entry)
   if other then return done(c, {'nondet', other}) end
   redis.call('SADD', c.P .. K.kids .. parent, argv[9])

@@ -85,14 +85,16 @@ local function fence_token(r)
   return tostring(math.max(tonumber(r.cl or '0'), tonumber(r.tk or '0')) + 1)
 end
 
-local function fenced(c, id, token)
-  local r = require_run(c, id)
+-- r (a run with at least its st and tk) unless it is running under token: PYRULA_LEASE.
+local function held(r, token)
   if r.st ~= 'running' or r.tk ~= token then
-    fail('LEASE', 'run ' .. id .. ' is no longer held with token ' .. token .. ' (status '
+    fail('LEASE', 'run ' .. r.id .. ' is no longer held with token ' .. token .. ' (status '
       .. r.st .. ', token ' .. (r.tk or '0') .. ')')
   end
   return r
 end
+
+local function fenced(c, id, token) return held(require_run(c, id), token) end
 
 -- cmd key items...: one command per 4,000 items (unpack's limit is the Lua C stack).
 local function call_many(cmd, key, items)

@@ -53,11 +53,7 @@ end
 local function fenced_lease(c, id, token)
   local r = load_lease(c, id)
   if r == nil then fail('NOTFOUND', id) end
-  if r.st ~= 'running' or r.tk ~= token then
-    fail('LEASE', 'run ' .. id .. ' is no longer held with token ' .. token .. ' (status '
-      .. r.st .. ', token ' .. (r.tk or '0') .. ')')
-  end
-  return r
+  return held(r, token)
 end
 
 register('renew', function(keys, argv)

@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyrula.workflows.errors import ConfigurationError, InvalidRunState, RunNotFound, StoreError
@@ -48,6 +49,21 @@ def parse_bucket(stored: str) -> Bucket | None:
     return Bucket(float(tokens), float(updated))
 
 
+@dataclass(frozen=True)
+class HeldShards:
+    """What a worker's last shard lease tick gave it (shards.py), and until when it may
+    count on it: this process's monotonic clock, which runs on while the process is
+    stopped."""
+
+    shards: frozenset[int]
+    args: tuple[str, ...]
+    """The shards as ``claim_due`` takes them, formatted once per tick."""
+    until: float
+
+
+NONE_HELD = HeldShards(frozenset(), (), math.inf)
+
+
 class ValkeyCore:
     """State and plumbing shared by the operation mixins of ValkeyStore."""
 
@@ -60,12 +76,16 @@ class ValkeyCore:
     _clock: Callable[[], float] | None
     _notifier: Notifier
     _known_workflows: dict[str, int]
+    _held: dict[str, HeldShards]
 
     async def _ensure_open(self) -> None:
         raise NotImplementedError  # ValkeyStore
 
     async def cancel_run(self, run_id: str) -> RunRecord:
         raise NotImplementedError  # RunOps
+
+    def held_shards(self, worker_id: str) -> HeldShards:
+        raise NotImplementedError  # ShardLeases
 
     async def terminate_run(self, run_id: str) -> RunRecord:
         raise NotImplementedError  # RunOps

@@ -64,8 +64,6 @@ class QueueOps(ValkeyCore):
     """Claims, leases, journal writes, timers and recovery."""
 
     block_slice: float
-    _owned: dict[str, frozenset[int]]
-    _owned_args: dict[str, list[str]]
     _cursor: dict[str, int]
     _resynced: dict[str, float]
     _recover_from: int
@@ -169,7 +167,7 @@ class QueueOps(ValkeyCore):
         shards = sorted(int(shard) for shard in due.split(",")) if due else []
         if not shards:
             return []
-        owned = self._owned.get(worker_id, frozenset())
+        owned = self.held_shards(worker_id).shards
         cursor = self._cursor.get(workflow, 0)
         groups = [
             rotate([s for s in shards if s in owned], cursor),
@@ -217,7 +215,7 @@ class QueueOps(ValkeyCore):
         reply = await self._server.call(
             "claim_due", self._keys.hint(workflows[0]), self.namespace, worker_id,
             str(limit), num(ttl), num(ahead), str(len(workflows)), *triples,
-            *self._owned_args.get(worker_id, ()),
+            *self.held_shards(worker_id).args,
         )  # fmt: skip
         if reply[1] or reply[2] or reply[3]:  # hints (a cluster's) or follow-ups
             await self._after(0, reply)

@@ -7,6 +7,12 @@ worker claims from its own shards first and then from any, so a lease spreads th
 but fences nothing: the per-run claim lock (its fenced token) stops double runs. A clean
 stop releases the leases at once; a crashed worker's lapse after the TTL.
 
+What a tick gave a worker counts as its own only until that lease may have lapsed: ``ttl``
+seconds after the tick was sent (the server's lease runs from when it ran the tick, no
+earlier). A worker that could not renew in time (stopped, its event loop blocked, the
+server unreachable) then claims as if it held no shard, never preferring shards that may
+be another's by now, until a tick says what it holds.
+
 The worker drives this through two optional store methods it looks for:
 ``shard_lease_loop(worker_id, interval)`` (a task it runs beside its other loops and
 cancels at shutdown, which releases the leases) and ``release_shards(worker_id)``.
@@ -17,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from time import monotonic
 
 from pyrula.workflows.errors import StoreError
 from pyrula.workflows.stores.valkey.codec import num
-from pyrula.workflows.stores.valkey.core import ValkeyCore
+from pyrula.workflows.stores.valkey.core import NONE_HELD, HeldShards, ValkeyCore
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +35,20 @@ log = logging.getLogger(__name__)
 class ShardLeases(ValkeyCore):
     shard_lease_ttl: float
     shard_lease_interval: float
-    _owned: dict[str, frozenset[int]]
-    _owned_args: dict[str, list[str]]
+
+    def held_shards(self, worker_id: str) -> HeldShards:
+        """The shards ``worker_id`` held at its last lease tick in this process, while
+        that tick's leases last (none once they may have lapsed)."""
+        held = self._held.get(worker_id, NONE_HELD)
+        return held if monotonic() < held.until else NONE_HELD
 
     def owned_shards(self, worker_id: str) -> frozenset[int]:
-        """The shards ``worker_id`` held at its last lease tick in this process."""
-        return self._owned.get(worker_id, frozenset())
+        return self.held_shards(worker_id).shards
 
     async def lease_shards(self, worker_id: str) -> frozenset[int]:
         """One lease tick: renew, rebalance, take free shards. Returns what it holds."""
         await self._ensure_open()
+        sent = monotonic()
         held = await self._server.call(
             "lease_tick",
             self._keys.leases,
@@ -46,14 +57,13 @@ class ShardLeases(ValkeyCore):
             str(self.shard_count),
         )
         owned = frozenset(int(shard) for shard in held)
-        self._owned[worker_id] = owned
-        self._owned_args[worker_id] = [str(shard) for shard in sorted(owned)]  # claim_due's
+        args = tuple(str(shard) for shard in sorted(owned))
+        self._held[worker_id] = HeldShards(owned, args, sent + self.shard_lease_ttl)
         return owned
 
     async def release_shards(self, worker_id: str) -> None:
         """Give back every shard ``worker_id`` holds, at once (clean stop)."""
-        self._owned.pop(worker_id, None)
-        self._owned_args.pop(worker_id, None)
+        self._held.pop(worker_id, None)
         await self._ensure_open()
         released = await self._server.call("lease_release", self._keys.leases, worker_id)
         if int(released):

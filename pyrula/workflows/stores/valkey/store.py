@@ -18,6 +18,7 @@ from pyrula.workflows.stores.valkey import functions
 from pyrula.workflows.stores.valkey.clients import mask_url
 from pyrula.workflows.stores.valkey.codec import text
 from pyrula.workflows.stores.valkey.connection import Server
+from pyrula.workflows.stores.valkey.core import HeldShards
 from pyrula.workflows.stores.valkey.ended import EndedRuns
 from pyrula.workflows.stores.valkey.events import EventOps
 from pyrula.workflows.stores.valkey.finishing import FinishBatches
@@ -106,8 +107,7 @@ class ValkeyStore(
         )
         self._notifier = Notifier()
         self._known_workflows: dict[str, int] = {}
-        self._owned: dict[str, frozenset[int]] = {}
-        self._owned_args: dict[str, list[str]] = {}
+        self._held: dict[str, HeldShards] = {}
         self._cursor: dict[str, int] = {}
         self._resynced: dict[str, float] = {}
         self._recover_from = 0

@@ -255,9 +255,12 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
         exc, tb = errors.from_json(outcome["error"])
         raise errors.with_remote_traceback(exc, tb)
 
-    definition: WorkflowDefinition = workflow(name=name, registry=registry, rate_limit=rate)(
-        celery_task
-    )
+    definition: WorkflowDefinition = workflow(
+        name=name,
+        registry=registry,
+        rate_limit=rate,
+        on_expired=worker_signals.expired_hook(app, name),  # task_revoked(expired=True)
+    )(celery_task)
     return definition
 
 

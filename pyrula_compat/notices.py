@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord, RunStatus, WorkflowContext, WorkflowDefinition, workflow
 from pyrula.workflows.errors import IdempotencyConflict, InvalidRunState
-from pyrula_compat import codec, recorded, worker_signals
+from pyrula_compat import recorded, worker_signals
 from pyrula_compat.runstate import REVOKED_TASK, SAVED_GROUP
 
 if TYPE_CHECKING:
@@ -75,13 +75,4 @@ def make_notice_workflow(app: Celery, registry: Registry) -> WorkflowDefinition:
 
 
 def _fire(app: Celery, name: str, task_id: str, params: dict[str, Any]) -> None:
-    headers = codec.from_json(params.get("headers")) or {}
-    meta = {
-        "root_id": params.get("root_id"), "parent_id": params.get("parent_id"),
-        "eta": headers.get("eta"), "expires": headers.get("expires"),
-    }  # fmt: skip
-    worker_signals.revoked(
-        app, name, task_id, meta,
-        args=codec.from_json(params.get("args") or []),
-        kwargs=codec.from_json(params.get("kwargs") or {}),
-    )  # fmt: skip
+    worker_signals.revoked_as_sent(app, name, task_id, params)

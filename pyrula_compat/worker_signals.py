@@ -9,8 +9,10 @@
   worker running the task noticed it was revoked (at a step boundary), terminated (its
   lease taken away) or, for a beat entry's ``expires``, that it started too late. A task
   revoked while queued, delayed or waiting to retry gets it from the worker that claims
-  its notice (:mod:`pyrula_compat.notices`); one that expired while queued ends in the
-  store without reaching a worker, so no worker sends it then.
+  its notice (:mod:`pyrula_compat.notices`). One that expired while queued gets it,
+  with ``expired=True``, from the worker whose claim found it expired and ended it
+  (:func:`expired_hook`, the task workflow's ``on_expired``), once, as Celery's worker
+  that receives an expired message sends it.
 * ``task_unknown(sender=consumer, name, id, message=None, exc=NotRegistered)``: a worker
   found a queued task of a name it does not serve (it stays queued, never discarded).
 
@@ -21,15 +23,18 @@ app in this process (``.app``, ``.hostname``), or None outside ``pyrula worker -
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunStatus
+from pyrula_compat import codec
 from pyrula_compat.app.task import Context
 from pyrula_compat.signals import task_received, task_revoked, task_unknown
 
 if TYPE_CHECKING:
-    from pyrula.workflows import WorkflowContext
+    from pyrula.workflows import RunRecord, WorkflowContext
+    from pyrula.workflows.registry import ExpiredHook
     from pyrula_compat.app.base import Celery
     from pyrula_compat.app.task import Task
 
@@ -93,6 +98,40 @@ def revoked(
     task_revoked.send(
         sender=task, request=request, terminated=terminated, signum=None, expired=expired
     )
+
+
+def revoked_as_sent(
+    app: Celery, name: str, task_id: str, params: dict[str, Any], *, expired: bool = False
+) -> None:
+    """``task_revoked`` for task ``name`` that no worker ran, from ``params`` as it was
+    sent (its workflow's params): the request carries its ids, ``eta``, ``expires``,
+    ``args`` and ``kwargs``."""
+    headers = codec.from_json(params.get("headers")) or {}
+    meta = {
+        "root_id": params.get("root_id"), "parent_id": params.get("parent_id"),
+        "eta": headers.get("eta"), "expires": headers.get("expires"),
+    }  # fmt: skip
+    revoked(
+        app, name, task_id, meta, expired=expired,
+        args=codec.from_json(params.get("args") or []),
+        kwargs=codec.from_json(params.get("kwargs") or {}),
+    )  # fmt: skip
+
+
+def expired_hook(app: Celery, name: str) -> ExpiredHook:
+    """The ``on_expired`` of task ``name``'s workflow: ``task_revoked(request,
+    terminated=False, signum=None, expired=True)`` in the worker whose claim found the
+    task still queued past its ``expires`` (and ended it, ``REVOKED``), in a thread of
+    its own (receivers may block), once per task."""
+
+    async def on_expired(run: RunRecord) -> None:
+        task = app.tasks.get(name)
+        if task is None or not task_revoked.has_listeners(task):
+            return
+        params = json.loads(run.params or "{}")
+        await asyncio.to_thread(revoked_as_sent, app, name, run.run_id, params, expired=True)
+
+    return on_expired
 
 
 def lease_lost(ctx: WorkflowContext) -> bool:

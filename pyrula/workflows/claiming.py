@@ -28,6 +28,10 @@ Which workflows a claim names, and in which order:
   workflow costs one call per claim however many workflows the worker serves, while
   every workflow is still looked at every ``claim_poll_interval``.
 
+A claim may end runs instead of claiming them, those found still queued past their
+``expires_at`` (``Claimed.expired``): the loop awaits each one's workflow's
+``on_expired`` hook after starting what it claimed.
+
 When the store signalled work and the claim found none, the work was not due yet (a
 delayed run submitted elsewhere, say) or another worker took it: the loop hints the timer
 loop (``timers_hint``), which recomputes its next wake-up so that a delayed run starts on
@@ -52,7 +56,7 @@ from typing import TYPE_CHECKING
 
 from pyrula.workflows.errors import StoreError
 from pyrula.workflows.loops import CLAIM_AHEAD, sleep_until
-from pyrula.workflows.records import Lease
+from pyrula.workflows.records import Lease, RunRecord
 from pyrula.workflows.registry import WorkflowDefinition
 
 if TYPE_CHECKING:
@@ -285,6 +289,7 @@ class ClaimLoop:
         worker = self.worker
         ttl = worker.options.lock_ttl
         leases = await worker.store.claim_runs(worker.worker_id, order, limit, ttl, CLAIM_AHEAD)
+        started = 0
         if leases:
             worker.store_clock.note(claimed_at(leases[0], ttl), self.loop.time())
             self.plan.note(leases, self.loop.time())
@@ -295,8 +300,22 @@ class ClaimLoop:
                 worker._start(self.definitions[plan.alone.run.workflow], plan.alone, alone=True)
             if plan.back:
                 await worker.hand_back(plan.back)
-            return len(plan.start) + (plan.alone is not None)
-        return 0
+            started = len(plan.start) + (plan.alone is not None)
+        for run in getattr(leases, "expired", ()):  # Claimed.expired (a store's claim)
+            await self._expired(run)
+        return started
+
+    async def _expired(self, run: RunRecord) -> None:
+        """Tell the run's workflow that this claim ended the run because it expired
+        (``WorkflowDefinition.on_expired``)."""
+        definition = self.definitions.get(run.workflow)
+        hook = definition.on_expired if definition is not None else None
+        if hook is None:
+            return
+        try:
+            await hook(run)
+        except Exception:  # the claim loop must outlive the hook
+            log.exception("on_expired of workflow %r failed for run %s", run.workflow, run.run_id)
 
     async def _idle(self) -> Why:
         """Wait for new work, a local wake-up or stop; at most ``claim_poll_interval``."""

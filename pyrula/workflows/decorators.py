@@ -8,7 +8,7 @@ from typing import Any, TypeVar, overload
 
 from pyrula.workflows.errors import ConfigurationError, WorkflowError
 from pyrula.workflows.rate import Rate, check_owner_concurrency
-from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
+from pyrula.workflows.registry import ExpiredHook, Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.retry import RetryPolicy
 
 R = TypeVar("R")
@@ -25,6 +25,7 @@ def workflow(
     registry: Registry | None = None,
     rate_limit: Rate | None = None,
     owner_concurrency: int | None = None,
+    on_expired: ExpiredHook | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], WorkflowDefinition]: ...
 
 
@@ -35,6 +36,7 @@ def workflow(
     registry: Registry | None = None,
     rate_limit: Rate | None = None,
     owner_concurrency: int | None = None,
+    on_expired: ExpiredHook | None = None,
 ) -> WorkflowDefinition | Callable[[Callable[..., Awaitable[Any]]], WorkflowDefinition]:
     """Register ``async def f(ctx: WorkflowContext, **params)`` as a workflow.
 
@@ -43,10 +45,17 @@ def workflow(
     Use bare (``@workflow``) or with arguments (``@workflow(name="orders.process")``).
     ``rate_limit`` (a :class:`~pyrula.workflows.rate.Rate`) and ``owner_concurrency`` are
     enforced by the store across every worker; see :mod:`pyrula.workflows.rate`.
+    ``on_expired`` (``async def hook(run)``) is awaited in the worker whose claim ended a
+    run of the workflow because it was still queued at its ``expires_at``; see
+    :attr:`WorkflowDefinition.on_expired`.
     """
     if rate_limit is not None and not isinstance(rate_limit, Rate):
         raise ConfigurationError(f"rate_limit takes a Rate(...), got {rate_limit!r}")
     owner_limit = check_owner_concurrency(owner_concurrency)
+    if on_expired is not None and not callable(on_expired):
+        raise ConfigurationError(
+            f"on_expired takes an async function of the run, got {on_expired!r}"
+        )
 
     def decorate(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition:
         if not inspect.iscoroutinefunction(func):
@@ -68,6 +77,7 @@ def workflow(
             signature=signature,
             rate_limit=rate_limit,
             owner_concurrency=owner_limit,
+            on_expired=on_expired,
         )
         (registry or default_registry).register(definition)
         return definition

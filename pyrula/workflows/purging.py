@@ -40,10 +40,18 @@ async def purge_queued(
     gets a cancel request instead (it stops at its next step boundary, as after ``pyrula
     runs cancel``) and is not counted. Safe while workers serve the store, and from
     several processes at once (a run is counted by the call whose cancel ended it).
+
+    A store with a ``purge_queued(workflows, began, page_size)`` of its own purges the
+    same runs its own way: ValkeyStore reads its queues on from where the last page
+    stopped, a page per atomic call, rather than listing them again from the newest
+    (:mod:`pyrula.workflows.stores.valkey.queued_purge`).
     """
     if page_size < 1:
         raise ValueError(f"page_size must be at least 1, got {page_size}")
     began = await store.now()
+    own = getattr(store, "purge_queued", None)  # a store's own paging (ValkeyStore's)
+    if own is not None:
+        return int(await own(list(dict.fromkeys(workflows)), began, page_size))
     purged = 0
     for workflow in dict.fromkeys(workflows):
         kept = 0  # queued runs left alone (started once, or sent since): read past them

@@ -17,8 +17,12 @@ from pyrula.workflows.errors import ConfigurationError, InvalidParams, UnknownWo
 
 if TYPE_CHECKING:
     from pyrula.workflows.rate import Rate
+    from pyrula.workflows.records import RunRecord
 
 WorkflowFn = Callable[..., Awaitable[Any]]
+ExpiredHook = Callable[["RunRecord"], Awaitable[None]]
+"""``on_expired``: called with a run of the workflow a claim ended because its
+``expires_at`` had passed (see :class:`WorkflowDefinition`)."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,12 @@ class WorkflowDefinition:
     signature: inspect.Signature = field(compare=False)
     rate_limit: Rate | None = None
     owner_concurrency: int | None = None
+    on_expired: ExpiredHook | None = field(default=None, compare=False)
+    """Awaited in the worker whose claim found a queued run of this workflow past its
+    ``expires_at`` and ended it (``cancelled``, with a ``RunExpired`` error) instead of
+    starting it: with the run as it ended, once per run (the store reports each to the
+    one claim that ended it), on the worker's event loop, before its next claim. What it
+    raises is logged. The Celery drop-in sends ``task_revoked(expired=True)`` from it."""
 
     def check_params(self, params: Mapping[str, Any]) -> None:
         """Raise InvalidParams when ``params`` don't fit the function's signature."""

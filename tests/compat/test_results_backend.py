@@ -17,7 +17,7 @@ import pytest
 
 from pyrula.workflows import InvalidRunState
 from pyrula_compat import chain, states
-from pyrula_compat.exceptions import IncompleteStream, TimeoutError
+from pyrula_compat.exceptions import IncompleteStream, TaskRevokedError, TimeoutError
 from pyrula_compat.result import AsyncResult, GroupResult
 from pyrula_compat.utils import uuid
 from tests.compat.conftest import (
@@ -231,3 +231,28 @@ def test_task_revoked_is_sent_by_a_worker_for_a_task_revoked_while_queued(served
     time.sleep(1.0)
     assert len(revoked_signals(served, queued.id)) == 1
     assert len(revoked_signals(served, early)) == 1
+
+
+def test_task_revoked_is_sent_by_the_worker_that_finds_a_task_expired(served: Served) -> None:
+    """A task still queued at its ``expires`` (due after it, or expired when sent) is
+    ended by the claim that finds it, and that worker sends ``task_revoked(expired=True)``
+    for it, once, as Celery's worker does when it receives the expired message."""
+    t = tasks()
+    late = t.add.apply_async((7, 8), countdown=0.5, expires=0.2)
+    dead = t.mul.apply_async((2, 5), expires=-1)  # expired already when sent
+    for result in (late, dead):
+        with pytest.raises(TaskRevokedError, match="expired"):
+            result.get(timeout=T)
+        assert result.state == states.REVOKED
+    signal = wait_until(lambda: revoked_signals(served, late.id), T, "task_revoked")
+    assert signal == [{
+        "signal": "task_revoked", "sender": "proj.tasks.add", "id": late.id,
+        "terminated": False, "signum": None, "expired": True, "args": [7, 8],
+    }]  # fmt: skip
+    signal = wait_until(lambda: revoked_signals(served, dead.id), T, "task_revoked")
+    assert signal[0]["sender"] == "proj.tasks.mul" and signal[0]["expired"] is True
+    assert signal[0]["args"] == [2, 5] and signal[0]["terminated"] is False
+    time.sleep(1.0)
+    assert len(revoked_signals(served, late.id)) == 1
+    assert len(revoked_signals(served, dead.id)) == 1
+    assert "on_expired" not in served.worker.stderr  # the hook did not fail

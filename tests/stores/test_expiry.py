@@ -148,3 +148,26 @@ async def test_only_the_claimed_workflows_expire(store: Store, clock: FakeClock)
     assert (await get(store, other)).status is RunStatus.QUEUED
     assert await store.claim_runs("w1", ["other"], 1, TTL) == []
     assert (await get(store, other)).status is RunStatus.CANCELLED
+
+
+async def test_the_claim_reports_the_runs_it_expired(store: Store, clock: FakeClock) -> None:
+    """``Claimed.expired``: each run the claim ended instead of claiming, as it ended
+    (due now, delayed, of a named owner, of another workflow named), and only that
+    claim reports it; runs not expired, and runs of workflows not named, are not there."""
+    due = await create(store, params='{"n":1}', expires_at=START + 1)
+    delayed = await create(store, delay=2, expires_at=START + 1)
+    owned = await create(store, owner="acme", expires_at=START + 1)
+    other = await create(store, "other", expires_at=START + 1)
+    unnamed = await create(store, "unnamed", expires_at=START + 1)
+    live = await create(store, expires_at=START + 100)
+    clock.advance(5)
+    claimed = await store.claim_runs("w1", ["wf", "other"], 10, TTL)
+    assert [lease.run_id for lease in claimed] == [live]
+    assert sorted(run.run_id for run in claimed.expired) == sorted([due, delayed, owned, other])
+    for run in claimed.expired:
+        assert_expired(run, START + 5)
+        assert run == await get(store, run.run_id)  # the record as it ended
+    assert next(r for r in claimed.expired if r.run_id == due).params == '{"n":1}'
+    again = await store.claim_runs("w1", ["wf", "other", "unnamed"], 10, TTL)
+    assert [run.run_id for run in again.expired] == [unnamed] and list(again) == []
+    assert (await store.claim_runs("w1", ["wf", "other", "unnamed"], 10, TTL)).expired == []

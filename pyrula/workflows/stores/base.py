@@ -24,7 +24,7 @@ Rules every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -49,6 +49,19 @@ class RenewResult:
 
     lost: tuple[str, ...] = ()
     cancel_requested: tuple[str, ...] = ()
+
+
+class Claimed(list[Lease]):
+    """What ``claim_runs`` returns: the leases it took, as a list, and in ``expired`` the
+    runs the claim ended instead of claiming because their ``expires_at`` had passed
+    (each as it ended: ``cancelled`` with a ``RunExpired`` error), in the order it ended
+    them. The worker tells the runs' workflows (``WorkflowDefinition.on_expired``)."""
+
+    expired: list[RunRecord]
+
+    def __init__(self, leases: Iterable[Lease] = (), expired: Iterable[RunRecord] = ()) -> None:
+        super().__init__(leases)
+        self.expired = list(expired)
 
 
 @runtime_checkable
@@ -168,7 +181,7 @@ class Store(Protocol):
         limit: int,
         lease_ttl: float,
         ahead: float = 0.0,
-    ) -> list[Lease]:
+    ) -> Claimed:
         """Claim up to ``limit`` claimable runs of the given workflows, fairly.
 
         Claimable: ``queued`` with ``available_at <= now + ahead``, and allowed by the run's
@@ -185,8 +198,10 @@ class Store(Protocol):
         ``RATE_SKIP_WINDOW`` runs ahead, see ``stores/flow.py``); an owner at its
         ``owner_concurrency`` cap is skipped for this claim. A queued run whose
         ``expires_at`` has passed is not claimed: it ends ``cancelled`` with a
-        ``RunExpired`` error (see ``rules.expired_error``), waking its waiters. A claim
-        clears ``expires_at``: a run that started never expires.
+        ``RunExpired`` error (see ``rules.expired_error``), waking its waiters, and the
+        claim returns it as it ended in ``Claimed.expired`` (only that claim: it reports
+        each expired run once). A claim clears ``expires_at``: a run that started never
+        expires.
 
         Each claimed run becomes ``running`` with a new larger ``lease_token``, the lease
         expiring ``lease_ttl`` seconds from now, ``claims`` incremented and

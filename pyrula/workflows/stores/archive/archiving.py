@@ -23,7 +23,6 @@ from pyrula.workflows.errors import (
 )
 from pyrula.workflows.records import (
     JournalEntry,
-    Lease,
     NewRun,
     Outcome,
     RecoveryReport,
@@ -37,7 +36,7 @@ from pyrula.workflows.records import (
 from pyrula.workflows.stores.archive.base import Archive
 from pyrula.workflows.stores.archive.creating import TakenIds
 from pyrula.workflows.stores.archive.reconcile import Archiver
-from pyrula.workflows.stores.base import RenewResult, Store
+from pyrula.workflows.stores.base import Claimed, RenewResult, Store
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 
 log = logging.getLogger(__name__)
@@ -134,6 +133,13 @@ class ArchivingStore(ScheduleAdmin):
     @property
     def shard_lease_interval(self) -> float:
         return float(self._extra("shard_lease_interval"))
+
+    @property
+    def purge_queued(self) -> Callable[..., Coroutine[Any, Any, int]]:
+        """The live store's own purge of runs waiting to start (``purging.purge_queued``
+        uses it; ValkeyStore has one): archived runs have all ended, none is queued."""
+        purge: Callable[..., Coroutine[Any, Any, int]] = self._extra("purge_queued")
+        return purge
 
     # -- archival ---------------------------------------------------------------------------
     async def reconcile_loop(self, worker_id: str, interval: float | None = None) -> None:
@@ -321,7 +327,7 @@ class ArchivingStore(ScheduleAdmin):
         limit: int,
         lease_ttl: float,
         ahead: float = 0.0,
-    ) -> list[Lease]:
+    ) -> Claimed:
         return await self.live.claim_runs(worker_id, workflows, limit, lease_ttl, ahead)
 
     async def next_due_at(self, workflows: Sequence[str]) -> float | None:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pyrula.workflows.records import Lease, RunRecord, RunStatus
+from pyrula.workflows.stores.base import Claimed
 from pyrula.workflows.stores.flow import RATE_SKIP_WINDOW, next_token_at, owner_turn, refill, take
 from pyrula.workflows.stores.memory.state import MemoryState
 from pyrula.workflows.stores.rules import expired_error, is_expired
@@ -69,9 +70,9 @@ def claim(
     limit: int,
     lease_ttl: float,
     ahead: float = 0.0,
-) -> list[Lease]:
+) -> Claimed:
     now = state.clock()
-    leases: list[Lease] = []
+    leases = Claimed()
     for workflow in dict.fromkeys(workflows):
         queues = _queues(state, workflow, now + ahead)
         heads = dict.fromkeys(queues, 0)
@@ -103,7 +104,7 @@ def claim(
             else:
                 heads[owner] = index
             if expired:
-                state.end(run, RunStatus.CANCELLED, error=expired_error(run))
+                leases.expired.append(state.end(run, RunStatus.CANCELLED, error=expired_error(run)))
             if expired or reason is not None:
                 continue
             counter = state.claim_counter.get(workflow, 0) + 1

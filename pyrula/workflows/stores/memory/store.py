@@ -18,7 +18,6 @@ from pyrula.workflows.errors import InvalidRunState, RunNotFound
 from pyrula.workflows.records import (
     RETRYABLE_STATUSES,
     JournalEntry,
-    Lease,
     NewRun,
     Outcome,
     RecoveryReport,
@@ -26,7 +25,7 @@ from pyrula.workflows.records import (
     RunStatus,
     WorkerInfo,
 )
-from pyrula.workflows.stores.base import RenewResult
+from pyrula.workflows.stores.base import Claimed, RenewResult
 from pyrula.workflows.stores.memory import claims
 from pyrula.workflows.stores.memory.events import MemoryEvents
 from pyrula.workflows.stores.memory.schedules import MemorySchedules
@@ -243,9 +242,9 @@ class MemoryStore(MemoryWaits, MemorySchedules, MemoryEvents, ScheduleAdmin):
         limit: int,
         lease_ttl: float,
         ahead: float = 0.0,
-    ) -> list[Lease]:
+    ) -> Claimed:
         if limit <= 0:
-            return []
+            return Claimed()
         with self._s.lock:
             leases = claims.claim(self._s, worker_id, workflows, limit, lease_ttl, ahead)
         self._s.flush()  # expired runs it ended wake their waiters

@@ -18,7 +18,8 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pyrula.workflows.records import Lease
+from pyrula.workflows.records import Lease, RunRecord
+from pyrula.workflows.stores.base import Claimed
 from pyrula.workflows.stores.flow import (
     RATE_SKIP_WINDOW,
     Bucket,
@@ -54,21 +55,28 @@ def claim(
     limit: int,
     lease_ttl: float,
     ahead: float = 0.0,
-) -> list[Lease]:
+) -> Claimed:
     """Claim up to ``limit`` runs due by ``ahead`` seconds from now, workflows in the
-    order given, owners fairly."""
-    leases: list[Lease] = []
+    order given, owners fairly; the runs found expired are ended and reported."""
+    leases = Claimed()
     for workflow in dict.fromkeys(workflows):
         if len(leases) >= limit:
             break
         leases += _claim_workflow(
-            tx, worker_id, workflow, limit - len(leases), lease_ttl, tx.now + ahead
-        )
+            tx, worker_id, workflow, limit - len(leases), lease_ttl, tx.now + ahead,
+            leases.expired,
+        )  # fmt: skip
     return leases
 
 
 def _claim_workflow(
-    tx: Tx, worker_id: str, workflow: str, limit: int, lease_ttl: float, due: float
+    tx: Tx,
+    worker_id: str,
+    workflow: str,
+    limit: int,
+    lease_ttl: float,
+    due: float,
+    expired: list[RunRecord],
 ) -> list[Lease]:
     owners: dict[str, _Owner] = {}
     for head in tx.many("due_heads", workflow=workflow, due=due):
@@ -83,7 +91,7 @@ def _claim_workflow(
         name = min(owners, key=lambda o: (owners[o].turn(), o))
         owner = owners[name]
         if _expired(owner.head, tx.now):
-            _expire(tx, owner.head["run_id"])
+            expired.append(_expire(tx, owner.head["run_id"]))
             _advance(tx, workflow, name, owners, due)
             continue
         held = _held_back(tx, workflow, name, owner.head)
@@ -130,11 +138,12 @@ def _expired(head: sqlite3.Row, now: float) -> bool:
     return expires_at is not None and expires_at <= now
 
 
-def _expire(tx: Tx, run_id: str) -> None:
+def _expire(tx: Tx, run_id: str) -> RunRecord:
     """End a queued run found past its expiry: cancelled with a RunExpired error, its
-    waiters (and a parent waiting for it) woken. It takes no rate token, no turn."""
+    waiters (and a parent waiting for it) woken. It takes no rate token, no turn.
+    Returns it as it ended."""
     run = tx.require(run_id)
-    tx.end("expire_run", run, error=expired_error(run))
+    return tx.end("expire_run", run, error=expired_error(run))
 
 
 def _at_cap(tx: Tx, workflow: str, owner: str, cap: int | None) -> bool:

@@ -13,7 +13,6 @@ from pyrula.workflows.errors import InvalidRunState
 from pyrula.workflows.records import (
     RETRYABLE_STATUSES,
     JournalEntry,
-    Lease,
     NewRun,
     Outcome,
     RecoveryReport,
@@ -22,7 +21,7 @@ from pyrula.workflows.records import (
     Wait,
     WorkerInfo,
 )
-from pyrula.workflows.stores.base import RenewResult
+from pyrula.workflows.stores.base import Claimed, RenewResult
 from pyrula.workflows.stores.notify import news_keys, run_key, work_key
 from pyrula.workflows.stores.rules import backoff_range, check_finish_outcome, dead_letter_error
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
@@ -218,11 +217,11 @@ class SqliteStore(SqliteWatch, SqliteSchedules, SqliteEvents, ScheduleAdmin):
         limit: int,
         lease_ttl: float,
         ahead: float = 0.0,
-    ) -> list[Lease]:
+    ) -> Claimed:
         if limit <= 0 or not workflows:
-            return []
+            return Claimed()
 
-        def tx(t: Tx) -> list[Lease]:
+        def tx(t: Tx) -> Claimed:
             self._work_version = self._db.data_version(t.conn)
             return claims.claim(t, worker_id, workflows, limit, lease_ttl, ahead)
 

@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 
 NEWS_TTL = 300
 """Seconds a worker's lease news waits for it (a worker that is gone never reads it)."""
+
+EXPIRED_SINK: ContextVar[list[RunRecord] | None] = ContextVar("pyrula_valkey_expired", default=None)
+"""Where the follow-ups of a claim put the runs it ended expired (``claim_runs`` sets it
+for its own calls: ``Claimed.expired``); None outside a claim."""
 
 
 def flat_text(value: Any) -> Any:
@@ -177,6 +182,10 @@ class ValkeyCore:
                         await self.cancel_run(a)
                     else:
                         await self.terminate_run(a)
+            elif kind == "expired":  # a claim ended a run past its expires_at
+                sink = EXPIRED_SINK.get()
+                if sink is not None:
+                    sink.append(to_run(a, b))
             elif kind == "flow_renew":  # renew's payload is {states, expires_at}
                 expires = text(payload[1])
                 key = self._keys.concurrency(a, b)

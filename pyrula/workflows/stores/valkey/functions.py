@@ -45,6 +45,7 @@ LUA_FILES = (
     "admin.lua",
     "flow.lua",
     "events.lua",
+    "purge.lua",
 )
 """Concatenated in this order into one chunk, so later files see common.lua's helpers."""
 LIBRARY_PREFIX = "pyrula_"

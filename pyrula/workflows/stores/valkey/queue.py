@@ -28,11 +28,12 @@ from pyrula.workflows.records import (
     RunRecord,
     Wait,
 )
-from pyrula.workflows.stores.base import RenewResult
+from pyrula.workflows.stores.base import Claimed, RenewResult
 from pyrula.workflows.stores.rules import check_finish_outcome, dead_letter_error
 from pyrula.workflows.stores.valkey.clients import drop_reply
 from pyrula.workflows.stores.valkey.codec import entry_args, num, text, to_entry, to_run
 from pyrula.workflows.stores.valkey.core import (
+    EXPIRED_SINK,
     ValkeyCore,
     flat_text,
     lease_of,
@@ -139,23 +140,29 @@ class QueueOps(ValkeyCore):
         limit: int,
         lease_ttl: float,
         ahead: float = 0.0,
-    ) -> list[Lease]:
+    ) -> Claimed:
         if limit <= 0:
-            return []
+            return Claimed()
         await self._ensure_open()
         names = list(dict.fromkeys(workflows))
         for workflow in names:
             await self._note_workflow(workflow)
-        if not self.cluster:
-            return await self._claim_due(worker_id, names, limit, lease_ttl, ahead) if names else []
-        leases: list[Lease] = []
-        for workflow in names:
-            if len(leases) >= limit:
-                break
-            leases += await self._claim_workflow(
-                worker_id, workflow, limit - len(leases), lease_ttl, ahead
-            )
-        return leases
+        leases = Claimed()
+        reset = EXPIRED_SINK.set(leases.expired)  # the claim's follow-ups report them
+        try:
+            if not self.cluster:
+                if names:
+                    leases += await self._claim_due(worker_id, names, limit, lease_ttl, ahead)
+                return leases
+            for workflow in names:
+                if len(leases) >= limit:
+                    break
+                leases += await self._claim_workflow(
+                    worker_id, workflow, limit - len(leases), lease_ttl, ahead
+                )
+            return leases
+        finally:
+            EXPIRED_SINK.reset(reset)
 
     async def _claim_workflow(
         self, worker_id: str, workflow: str, limit: int, ttl: float, ahead: float

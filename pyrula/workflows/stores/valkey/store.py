@@ -24,6 +24,7 @@ from pyrula.workflows.stores.valkey.events import EventOps
 from pyrula.workflows.stores.valkey.finishing import FinishBatches
 from pyrula.workflows.stores.valkey.keys import Keys, validate_namespace
 from pyrula.workflows.stores.valkey.queue import QueueOps
+from pyrula.workflows.stores.valkey.queued_purge import QueuedPurge
 from pyrula.workflows.stores.valkey.runs import RunOps
 from pyrula.workflows.stores.valkey.schedules import ScheduleOps
 from pyrula.workflows.stores.valkey.shards import ShardLeases
@@ -37,7 +38,15 @@ EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
 
 class ValkeyStore(
-    RunOps, EndedRuns, QueueOps, TimerOps, ScheduleOps, EventOps, ShardLeases, ScheduleAdmin
+    RunOps,
+    EndedRuns,
+    QueueOps,
+    QueuedPurge,
+    TimerOps,
+    ScheduleOps,
+    EventOps,
+    ShardLeases,
+    ScheduleAdmin,
 ):
     """Runs, journals, leases, timers, signals, schedules, flow control, batch-trigger
     buffers and cursors in Valkey.

@@ -130,10 +130,9 @@ local function live_tree(c, id)
   return out
 end
 
-register('cancel', function(keys, argv)
-  local c = ctx(keys, argv)
-  local id = argv[4]
-  local out = live_tree(c, id)
+-- Cancel the runs tree() found (parents before children): one that is running is asked
+-- to stop, the others end cancelled; those on other shards are followed up.
+local function cancel_runs(c, out)
   for _, t in ipairs(out.runs) do
     t = load_run(c, t.id)
     if t.st == 'running' then
@@ -144,6 +143,12 @@ register('cancel', function(keys, argv)
     end
   end
   for _, kid in ipairs(out.away) do follow(c, 'cancel', kid) end
+end
+
+register('cancel', function(keys, argv)
+  local c = ctx(keys, argv)
+  local id = argv[4]
+  cancel_runs(c, live_tree(c, id))
   return done(c, dump(c, id))
 end)
 

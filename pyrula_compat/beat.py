@@ -92,6 +92,7 @@ def _same(record: Any, wanted: Schedule) -> bool:
         and current.cron == wanted.cron
         and current.every == wanted.every
         and current.timezone == wanted.timezone
+        and current.overlap == wanted.overlap
         and record.enabled
     )
 

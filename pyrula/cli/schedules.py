@@ -1,8 +1,9 @@
-"""``pyrula schedules list|create|pause|resume|delete``: manage the schedules in a store.
+"""``pyrula schedules list|show|create|pause|resume|delete``: manage a store's schedules.
 
 Each command calls the store's blocking schedule API (``store.schedule_create``,
-``schedule_list``, ``schedule_update``, ``schedule_delete``): the same calls a deploy
-script makes, so the CLI and a script can never disagree about what a command does.
+``schedule_list``, ``schedule_get``, ``schedule_update``, ``schedule_delete``): the same
+calls a deploy script makes, so the CLI and a script can never disagree about what a
+command does.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pyrula.cli.runs import json_option, store_option
 from pyrula.workflows import PyrulaError, open_store
 from pyrula.workflows.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from pyrula.workflows.records import ScheduleRecord
-from pyrula.workflows.schedules import Schedule
+from pyrula.workflows.schedules import OVERLAP_ALLOW_ALL, OVERLAP_POLICIES, Schedule
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin, run_blocking
 
 T = TypeVar("T")
@@ -33,6 +34,8 @@ class ScheduleStore(Protocol):
     def schedule_create(self, schedule: Schedule, *, replace: bool = False) -> ScheduleRecord: ...
 
     def schedule_list(self, *, workflow: str | None = None) -> list[ScheduleRecord]: ...
+
+    def schedule_get(self, schedule_id: str) -> ScheduleRecord | None: ...
 
     def schedule_update(
         self, schedule_id: str, *, enabled: bool | None = None, params: Any = None
@@ -77,6 +80,8 @@ def schedule_dict(record: ScheduleRecord) -> dict[str, Any]:
         "timezone": record.timezone,
         "enabled": record.enabled,
         "owner": record.owner,
+        "overlap": record.overlap,
+        "last_run_id": record.last_run_id,
         "params": json.loads(record.params),
         "next_fire_at": render.iso(record.next_fire_at, precise=True),
         "last_fire_at": render.iso(record.last_fire_at, precise=True),
@@ -88,7 +93,16 @@ def schedule_dict(record: ScheduleRecord) -> dict[str, Any]:
 def schedules_table(records: Sequence[ScheduleRecord]) -> str:
     if not records:
         return "no schedules"
-    headers = ("SCHEDULE ID", "WORKFLOW", "TIMING", "TZ", "STATE", "NEXT FIRE", "LAST FIRE")
+    headers = (
+        "SCHEDULE ID",
+        "WORKFLOW",
+        "TIMING",
+        "TZ",
+        "STATE",
+        "OVERLAP",
+        "NEXT FIRE",
+        "LAST FIRE",
+    )
     rows = [
         (
             record.schedule_id,
@@ -96,6 +110,7 @@ def schedules_table(records: Sequence[ScheduleRecord]) -> str:
             timing_text(record),
             record.timezone,
             "active" if record.enabled else "paused",
+            record.overlap,
             (render.iso(record.next_fire_at) or "-") if record.enabled else "-",
             render.iso(record.last_fire_at) or "-",
         )
@@ -111,9 +126,32 @@ def describe(record: ScheduleRecord) -> str:
         line += f" ({record.timezone})"
     if record.owner:
         line += f", owner {record.owner}"
+    if record.overlap != OVERLAP_ALLOW_ALL:
+        line += f", overlap {record.overlap}"
     if not record.enabled:
         return line + ", paused"
     return line + f", next fire {render.iso(record.next_fire_at)}"
+
+
+def schedule_detail(record: ScheduleRecord) -> str:
+    """``schedules show``: the record as label/value lines."""
+    fields = [
+        ("Schedule", record.schedule_id),
+        ("Workflow", record.workflow),
+        ("Timing", timing_text(record)),
+        ("Timezone", record.timezone),
+        ("Owner", render.owner_text(record.owner)),
+        ("State", "active" if record.enabled else "paused"),
+        ("Overlap", record.overlap),
+        ("Next fire", (render.iso(record.next_fire_at) or "-") if record.enabled else "-"),
+        ("Last fire", render.iso(record.last_fire_at) or "-"),
+        ("Last run", record.last_run_id or "-"),
+        ("Params", render.clip(record.params, render.FIELD_WIDTH)),
+        ("Created", render.iso(record.created_at) or "-"),
+        ("Updated", render.iso(record.updated_at) or "-"),
+    ]
+    width = max(len(label) for label, _ in fields)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in fields)
 
 
 def echo_record(record: ScheduleRecord, as_json: bool, prefix: str) -> None:
@@ -146,6 +184,26 @@ def list_command(store_url: str | None, workflow: str | None, as_json: bool) -> 
         click.echo(schedules_table(records))
 
 
+@schedules_group.command("show")
+@click.argument("schedule_id", metavar="ID")
+@store_option
+@json_option
+def show_command(schedule_id: str, store_url: str | None, as_json: bool) -> None:
+    """Show one schedule: its definition, overlap policy, slots and last run."""
+
+    def get(store: ScheduleStore) -> ScheduleRecord:
+        record = store.schedule_get(schedule_id)
+        if record is None:
+            raise ScheduleNotFound(f"no schedule with id {schedule_id!r} in {store.url}")
+        return record
+
+    record = with_schedules(store_url, get)
+    if as_json:
+        render.echo_json({"schedule": schedule_dict(record)})
+    else:
+        click.echo(schedule_detail(record))
+
+
 @schedules_group.command("create")
 @click.argument("workflow")
 @click.option("--cron", metavar="EXPR", help="Five cron fields, e.g. '0 2 * * *'.")
@@ -166,6 +224,13 @@ def list_command(store_url: str | None, workflow: str | None, as_json: bool) -> 
     help="IANA timezone the cron fields are read in.",
 )
 @click.option("--owner", metavar="OWNER", help="Tenant the runs belong to [default: none].")
+@click.option(
+    "--overlap",
+    default=OVERLAP_ALLOW_ALL,
+    show_default=True,
+    metavar="|".join(OVERLAP_POLICIES),
+    help="allow_all: every slot starts a run; skip: no run while the last one is going.",
+)
 @click.option("--replace", is_flag=True, help="Overwrite a schedule with this id.")
 @store_option
 @json_option
@@ -177,6 +242,7 @@ def create_command(
     schedule_id: str | None,
     timezone: str,
     owner: str | None,
+    overlap: str,
     replace: bool,
     store_url: str | None,
     as_json: bool,
@@ -184,6 +250,8 @@ def create_command(
     """Create a schedule that submits WORKFLOW on --cron or --every.
 
     Its first slot is the first one after now. Missed slots are never backfilled.
+    With --overlap skip, a slot that comes due while the schedule's last run has not
+    ended starts no run.
     """
     if (cron is None) == (every is None):
         raise CliUsageError("give exactly one of --cron EXPR or --every SECONDS")
@@ -197,6 +265,7 @@ def create_command(
             every=every,
             timezone=timezone,
             owner=owner,
+            overlap=overlap,
         )
     except PyrulaError as exc:  # InvalidSchedule, or params that are not JSON-storable
         raise CliUsageError(str(exc)) from None

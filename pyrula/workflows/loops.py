@@ -18,7 +18,7 @@ from pyrula.workflows.faults import fault_point
 from pyrula.workflows.inspection import forget_dead_workers
 from pyrula.workflows.rate import flow_for
 from pyrula.workflows.records import NO_FLOW, NewRun, ScheduleRecord, WorkerInfo
-from pyrula.workflows.schedules import Schedule
+from pyrula.workflows.schedules import OVERLAP_SKIP, Schedule, check_overlap
 
 if TYPE_CHECKING:
     from pyrula.workflows.stores.base import Store
@@ -373,10 +373,15 @@ async def _until_slot_or_change(
 
 
 async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:
-    """Fire the latest due slot of ``record`` once; missed slots are not backfilled."""
+    """Fire the latest due slot of ``record`` once; missed slots are not backfilled.
+
+    With ``overlap="skip"``, a slot that comes due while the run of the last fired slot
+    (``last_run_id``) has not ended is skipped instead: ``fire_schedule`` with no run
+    moves the schedule to its next slot. A last run that no longer exists has ended."""
     store = worker.store
     now = await store.now()
     try:
+        check_overlap(record.overlap)
         schedule = Schedule.from_record(record)
         slot, following = schedule.slots_due(record.next_fire_at, now)
         if not (math.isfinite(slot) and math.isfinite(following) and following > slot):
@@ -388,6 +393,8 @@ async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:
     except Exception as exc:  # a record Schedule.create would refuse (written directly)
         log.error("schedule %s cannot compute its slots (%s); pausing it", record.schedule_id, exc)
         await store.update_schedule(record.schedule_id, enabled=False)
+        return
+    if await _skip_slot(store, record, slot, following):
         return
     run = NewRun(
         run_id=uuid.uuid4().hex,
@@ -408,3 +415,22 @@ async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:
         return
     if created is not None:
         log.info("schedule %s fired slot %.0f as run %s", record.schedule_id, slot, created.run_id)
+
+
+async def _skip_slot(store: Store, record: ScheduleRecord, slot: float, following: float) -> bool:
+    """For ``overlap="skip"``: whether the schedule's last run is still going, in which case
+    the slot is skipped (the compare-and-set of ``fire_schedule`` without a run)."""
+    if record.overlap != OVERLAP_SKIP or record.last_run_id is None:
+        return False
+    previous = await store.get_run(record.last_run_id)
+    if previous is None or previous.status.is_terminal:
+        return False  # ended, or deleted or purged since: fire
+    await store.fire_schedule(record.schedule_id, record.next_fire_at, slot, following, None)
+    log.info(
+        "schedule %s skipped slot %.0f: its previous run %s is still %s",
+        record.schedule_id,
+        slot,
+        previous.run_id,
+        previous.status.value,
+    )
+    return True

@@ -233,6 +233,9 @@ class ScheduleRecord:
 
     ``next_fire_at`` is the next slot (epoch seconds); ``last_fire_at`` the last slot fired.
     ``params`` is JSON text. ``timezone`` is an IANA name cron fields are read in.
+    ``overlap`` is the overlap policy (``schedules.OVERLAP_POLICIES``): ``"allow_all"``
+    fires every slot; ``"skip"`` skips a slot while the run of the last fired slot has not
+    ended. ``last_run_id`` is that run's id (set by ``fire_schedule``), or None.
     """
 
     schedule_id: str
@@ -247,6 +250,8 @@ class ScheduleRecord:
     owner: str = DEFAULT_OWNER
     created_at: float = 0.0
     updated_at: float = 0.0
+    overlap: str = "allow_all"
+    last_run_id: str | None = None
 
 
 @dataclass(frozen=True)

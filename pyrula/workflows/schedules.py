@@ -21,6 +21,11 @@ Rules:
   (``0 9 1-7 * &mon``, or ``Schedule.create(..., day_and=True)``) requires both (AND:
   the first Monday of the month), as Celery's ``crontab`` does. The ``&`` is part of the
   stored expression, so every store and worker reads it the same way.
+* **Overlap.** ``overlap="allow_all"`` (the default) fires every slot, whatever the
+  schedule's earlier runs are doing. ``overlap="skip"`` skips a slot that comes due
+  while the run of the last fired slot has not ended (queued, running, sleeping or
+  waiting): no run, the schedule moves on to its next slot. The worker checks that run
+  as it fires (``loops.fire``); a run that no longer exists counts as ended.
 """
 
 from __future__ import annotations
@@ -46,6 +51,13 @@ _DAY_AND = "&"
 """A leading ``&`` on the day-of-week field: day of month AND day of week."""
 _SLOT_SEARCH_LIMIT = 1000
 
+OVERLAP_ALLOW_ALL = "allow_all"
+"""Every slot starts a run, whatever the schedule's earlier runs are doing (the default)."""
+OVERLAP_SKIP = "skip"
+"""A slot that comes due while the schedule's last run has not ended starts no run."""
+OVERLAP_POLICIES = (OVERLAP_ALLOW_ALL, OVERLAP_SKIP)
+"""The values ``Schedule.create(overlap=...)`` accepts."""
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -60,6 +72,8 @@ class Schedule:
     timezone: str = "UTC"
     owner: str = DEFAULT_OWNER
     enabled: bool = True
+    overlap: str = OVERLAP_ALLOW_ALL
+    """What a slot does while the last run is still going: one of ``OVERLAP_POLICIES``."""
 
     @classmethod
     def create(
@@ -74,6 +88,7 @@ class Schedule:
         owner: str | None = None,
         enabled: bool = True,
         day_and: bool = False,
+        overlap: str = OVERLAP_ALLOW_ALL,
     ) -> Schedule:
         """A schedule running ``workflow`` with ``params`` on ``cron`` or ``every``.
 
@@ -83,6 +98,8 @@ class Schedule:
         before the day-of-week field. ``every`` (a timedelta or seconds) fires at fixed
         periods from the time the schedule is stored. Keep ``schedule_id`` fixed across deploys; by
         default it is derived from the workflow, timing and params.
+        ``overlap`` (one of ``OVERLAP_POLICIES``): ``"allow_all"`` starts a run at every
+        slot; ``"skip"`` skips a slot while the run of the last fired slot has not ended.
         Raises :class:`InvalidSchedule` for anything that cannot work.
         """
         name = workflow.name if isinstance(workflow, WorkflowDefinition) else workflow
@@ -91,6 +108,7 @@ class Schedule:
         if (cron is None) == (every is None):
             raise InvalidSchedule("give a schedule exactly one of cron='...' or every=timedelta")
         _check_timezone(timezone)
+        check_overlap(overlap)
         interval = None
         if every is not None:
             interval = _check_every(every)
@@ -119,6 +137,7 @@ class Schedule:
             timezone=timezone,
             owner=owner if owner is not None else DEFAULT_OWNER,
             enabled=enabled,
+            overlap=overlap,
         )
         if cron is not None:
             schedule.next_slot_after(datetime.now(ZoneInfo("UTC")).timestamp())  # fires at all?
@@ -187,6 +206,7 @@ class Schedule:
             enabled=self.enabled,
             next_fire_at=self.next_slot_after(now),
             owner=self.owner,
+            overlap=self.overlap,
         )
 
     @classmethod
@@ -200,6 +220,7 @@ class Schedule:
             timezone=record.timezone,
             owner=record.owner,
             enabled=record.enabled,
+            overlap=record.overlap,
         )
 
 
@@ -223,6 +244,13 @@ def _check_timezone(name: str) -> None:
         raise InvalidSchedule(
             f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris'"
         ) from None
+
+
+def check_overlap(overlap: object) -> None:
+    """Raise InvalidSchedule unless ``overlap`` is one of ``OVERLAP_POLICIES``."""
+    if not isinstance(overlap, str) or overlap not in OVERLAP_POLICIES:
+        allowed = ", ".join(repr(value) for value in OVERLAP_POLICIES)
+        raise InvalidSchedule(f"unknown overlap policy {overlap!r}; use one of {allowed}")
 
 
 def _check_every(every: timedelta | float) -> float:

@@ -68,3 +68,28 @@ def test_only_a_scheduler_other_than_celerys_default_is_warned_about(
             await store.close()
 
     asyncio.run(main())
+
+
+def test_beat_entries_fire_every_slot_and_a_changed_policy_is_put_back(tmp_path: Path) -> None:
+    """beat_schedule entries keep Celery beat's behaviour, overlap "allow_all"; a stored
+    entry whose policy was changed by hand is rewritten from beat_schedule, like its
+    timing would be."""
+
+    async def main() -> None:
+        store = SqliteStore(tmp_path / "beat.db")
+        try:
+            assert await sync_schedules(beat_app("proj", {"a": 5}), store) == ["a"]
+            stored = await store.get_schedule("a")
+            assert stored is not None and stored.overlap == "allow_all"
+            skip = Schedule.create(
+                "proj.tick", every=5, schedule_id="a", params=json.loads(stored.params),
+                overlap="skip",
+            )  # fmt: skip
+            await store.create_schedule(skip.to_record(await store.now()), replace=True)
+            assert await sync_schedules(beat_app("proj", {"a": 5}), store) == ["a"]
+            assert (await store.get_schedule("a")).overlap == "allow_all"  # type: ignore[union-attr]
+            assert await sync_schedules(beat_app("proj", {"a": 5}), store) == []  # unchanged
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -172,6 +172,7 @@ def test_create_existing_id_exits_1_and_replace_overwrites(url: str) -> None:
         (("--every", "5", "--params", "[1, 2]"), "--params must be a JSON object"),
         (("--every", "5", "--params", '{"x": NaN}'), "NaN is not allowed"),
         (("--every", "5", "--id", " "), "schedule_id must be a non-empty string"),
+        (("--every", "5", "--overlap", "queue"), "unknown overlap policy 'queue'; use one of"),
     ],
 )
 def test_create_bad_input_exits_2_and_stores_nothing(

@@ -41,6 +41,10 @@ EXAMPLE_OUTPUT = {
         "dispatch after retry: notified: booked label:p7",
     ],
     "schedules.py": ["nightly runs in 3 virtual days: 3", "runs from 2 workers"],
+    "schedule_overlap.py": [
+        "skip: 4 runs in 10 minutes, at most 1 at once; 6 slots skipped",
+        "allow_all: 10 runs in 10 minutes, at most 3 at once",
+    ],
     "flow_control.py": ["claim order: b S b S b S", "30 runs at 10/s started over"],
     "testing_env.py": ["crash before step 'charge' at 0: ('result', 100)"],
     "retention.py": ["results: [4, 9, 16]", "3 of 3 deleted; the sleeping run is sleeping"],

@@ -1,4 +1,5 @@
-"""Conformance: schedules. CRUD, due schedules, the compare-and-set fire, the blocking API."""
+"""Conformance: schedules. CRUD, due schedules, the compare-and-set fire (and its skip
+form, for overlap="skip"), the overlap policy and last run kept, the blocking API."""
 
 from __future__ import annotations
 
@@ -70,7 +71,11 @@ async def test_create_an_existing_id(store: Store, clock: FakeClock) -> None:
     changed = record(params='{"a":2}', every=30.0, next_fire_at=START + 35, owner="other")
     replaced = await store.create_schedule(changed, replace=True)
     assert replaced == dataclasses.replace(
-        changed, created_at=first.created_at, updated_at=START + 5, last_fire_at=START + 60
+        changed,
+        created_at=first.created_at,
+        updated_at=START + 5,
+        last_fire_at=START + 60,
+        last_run_id=fired.run_id,
     )
     assert await store.get_schedule("s1") == replaced
 
@@ -220,12 +225,109 @@ async def test_threads_racing_to_fire_each_slot_once(store: Store) -> None:
     assert len(await store.list_runs(limit=100)) == 30
 
 
+# -- overlap policy, last run, skipping a slot ------------------------------------------
+async def test_overlap_is_stored_and_returned(store: Store) -> None:
+    skip = await store.create_schedule(record("skip", overlap="skip"))
+    default = await store.create_schedule(record("default"))
+    assert (skip.overlap, default.overlap) == ("skip", "allow_all")
+    assert skip.last_run_id is None and default.last_run_id is None
+    assert (await store.get_schedule("skip")) == skip
+    assert [s.overlap for s in await store.list_schedules()] == ["allow_all", "skip"]
+    # A replace takes the new definition's policy, either way.
+    back = await store.create_schedule(record("skip", overlap="allow_all"), replace=True)
+    assert back.overlap == "allow_all" and (await store.get_schedule("skip")) == back
+    again = await store.create_schedule(record("skip", overlap="skip"), replace=True)
+    assert again.overlap == "skip"
+    await store.update_schedule("skip", enabled=False, params='{"a":2}')
+    assert (await store.get_schedule("skip")).overlap == "skip"  # type: ignore[union-attr]
+
+
+async def test_a_new_schedule_takes_the_given_last_run_id(store: Store) -> None:
+    created = await store.create_schedule(record(last_run_id="earlier"))
+    assert created.last_run_id == "earlier"
+    assert (await store.get_schedule("s1")) == created
+
+
+async def test_fire_records_the_run_that_holds_the_slot(store: Store, clock: FakeClock) -> None:
+    await store.create_schedule(record(overlap="skip"))
+    clock.advance(60)
+    run = await store.fire_schedule("s1", START + 60, START + 60, START + 120, slot_run("s1", 60))
+    assert run is not None and run.run_id == "s1@60"
+    schedule = await store.get_schedule("s1")
+    assert schedule is not None and schedule.last_run_id == "s1@60"
+    assert schedule.overlap == "skip"  # a fire keeps the definition
+    # A slot whose key an earlier run holds (a replayed fire): that run holds the slot.
+    clock.advance(60)
+    held = await store.create_run(slot_run("s1", 120, params='{"a":1}'))
+    replay = dataclasses.replace(slot_run("s1", 120), run_id="another-id")
+    again = await store.fire_schedule("s1", START + 120, START + 120, START + 180, replay)
+    assert again is not None and again.run_id == held[0].run_id == "s1@120"
+    assert (await store.get_schedule("s1")).last_run_id == "s1@120"  # type: ignore[union-attr]
+    # A replace keeps it, as it keeps last_fire_at.
+    replaced = await store.create_schedule(record(overlap="allow_all"), replace=True)
+    assert (replaced.last_run_id, replaced.last_fire_at) == ("s1@120", START + 120)
+    assert (await store.get_schedule("s1")) == replaced
+
+
+async def test_fire_without_a_run_skips_the_slot(store: Store, clock: FakeClock) -> None:
+    await store.create_schedule(record(overlap="skip"))
+    clock.advance(60)
+    fired = await store.fire_schedule("s1", START + 60, START + 60, START + 120, slot_run("s1", 60))
+    assert fired is not None
+    before = await store.get_schedule("s1")
+    assert before is not None
+    clock.advance(60)
+    skipped = await store.fire_schedule("s1", START + 120, START + 120, START + 180, None)
+    assert skipped is None
+    after = await store.get_schedule("s1")
+    # Only next_fire_at moved (and updated_at, as with any fire).
+    assert after == dataclasses.replace(before, next_fire_at=START + 180, updated_at=START + 120)
+    assert after.last_fire_at == START + 60 and after.last_run_id == "s1@60"
+    assert [r.run_id for r in await store.list_runs()] == ["s1@60"]  # no run
+    assert await store.due_schedules(10) == [] and await store.next_schedule_at() == START + 180
+
+
+async def test_skipping_a_slot_is_compare_and_set(store: Store, clock: FakeClock) -> None:
+    await store.create_schedule(record(overlap="skip"))
+    clock.advance(60)
+    created = await store.get_schedule("s1")
+    # A stale expectation, an unknown id or a paused schedule: nothing changes.
+    assert await store.fire_schedule("s1", START + 999, START + 60, START + 120, None) is None
+    assert await store.fire_schedule("nope", START + 60, START + 60, START + 120, None) is None
+    assert (await store.get_schedule("s1")) == created
+    await store.update_schedule("s1", enabled=False)
+    paused = await store.get_schedule("s1")
+    assert await store.fire_schedule("s1", START + 60, START + 60, START + 120, None) is None
+    assert (await store.get_schedule("s1")) == paused
+    await store.update_schedule("s1", enabled=True)
+    # One worker skips the slot; another that read the same next_fire_at fires nothing.
+    assert await store.fire_schedule("s1", START + 60, START + 60, START + 120, None) is None
+    late = await store.fire_schedule("s1", START + 60, START + 60, START + 120, slot_run("s1", 60))
+    assert late is None and await store.list_runs() == []
+    schedule = await store.get_schedule("s1")
+    assert schedule is not None and schedule.next_fire_at == START + 120
+    assert schedule.last_fire_at is None and schedule.last_run_id is None
+    # ...and the other way round: a fired slot cannot be skipped again.
+    clock.advance(60)
+    run = await store.fire_schedule(
+        "s1", START + 120, START + 120, START + 180, slot_run("s1", 120)
+    )
+    assert run is not None
+    assert await store.fire_schedule("s1", START + 120, START + 120, START + 180, None) is None
+    schedule = await store.get_schedule("s1")
+    assert schedule is not None and schedule.next_fire_at == START + 180
+    assert (schedule.last_fire_at, schedule.last_run_id) == (START + 120, "s1@120")
+
+
 # -- the blocking API (seed usage: store.schedule_create(...)) ---------------------------
 def exercise_blocking_api(store: Store, clock: FakeClock) -> None:
     admin = store  # every store mixes in ScheduleAdmin
-    schedule = Schedule.create("wf", every=60, params={"a": 1}, schedule_id="nightly")
+    schedule = Schedule.create(
+        "wf", every=60, params={"a": 1}, schedule_id="nightly", overlap="skip"
+    )
     created = admin.schedule_create(schedule)  # type: ignore[attr-defined]
     assert created.schedule_id == "nightly" and created.next_fire_at == START + 60
+    assert created.overlap == "skip"
     with pytest.raises(ScheduleExists):
         admin.schedule_create(schedule)  # type: ignore[attr-defined]
     clock.advance(10)

@@ -200,7 +200,7 @@ async def test_a_version_2_file_is_migrated(sqlite_path: Path, clock: FakeClock)
     conn = raw(sqlite_path)
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == (SCHEMA_VERSION,) == ("7",)
+    assert version == (SCHEMA_VERSION,) == ("8",)
 
 
 async def test_a_held_back_claim_writes_nothing(sqlite_store: SqliteStore) -> None:

@@ -323,8 +323,9 @@ class Store(Protocol):
     async def create_schedule(
         self, schedule: ScheduleRecord, *, replace: bool = False
     ) -> ScheduleRecord:
-        """Store a schedule. An existing id raises ScheduleExists unless ``replace``; with
-        ``replace`` the definition is overwritten (``last_fire_at`` kept)."""
+        """Store a schedule, its ``overlap`` policy included. An existing id raises
+        ScheduleExists unless ``replace``; with ``replace`` the definition is overwritten
+        (``last_fire_at`` and ``last_run_id`` kept)."""
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         """The schedule, or None."""
@@ -369,14 +370,20 @@ class Store(Protocol):
         expected_next: float,
         fired_slot: float,
         next_fire_at: float,
-        run: NewRun,
+        run: NewRun | None,
     ) -> RunRecord | None:
         """Fire one slot: compare-and-set, then create the run, as one atomic operation.
 
         Only if the schedule exists, is enabled and its ``next_fire_at == expected_next``:
         set ``last_fire_at = fired_slot`` and ``next_fire_at``, create ``run`` (its
-        idempotency key names schedule and slot), and return it. Otherwise None and
-        nothing changes, so with any number of workers each slot fires once.
+        idempotency key names schedule and slot), set ``last_run_id`` to the id of the
+        run that holds the slot (``run.run_id``, or the existing run its idempotency key
+        names), and return that run. Otherwise None and nothing changes, so with any
+        number of workers each slot fires once.
+
+        ``run=None`` skips the slot (``overlap="skip"``): the same compare-and-set moves
+        ``next_fire_at`` (and ``updated_at``) only, creates no run, keeps ``last_fire_at``
+        (the last slot fired) and ``last_run_id``, and returns None.
         """
 
     # -- batch triggers and cursors ---------------------------------------------------

@@ -408,7 +408,7 @@ class ArchivingStore(ScheduleAdmin):
         expected_next: float,
         fired_slot: float,
         next_fire_at: float,
-        run: NewRun,
+        run: NewRun | None,
     ) -> RunRecord | None:
         return await self.live.fire_schedule(
             schedule_id, expected_next, fired_slot, next_fire_at, run

@@ -35,6 +35,7 @@ class MemorySchedules:
                 created_at=existing.created_at if existing else now,
                 updated_at=now,
                 last_fire_at=existing.last_fire_at if existing else schedule.last_fire_at,
+                last_run_id=existing.last_run_id if existing else schedule.last_run_id,
             )
             s.schedules[schedule.schedule_id] = record
             s.schedule_changes += 1
@@ -122,16 +123,26 @@ class MemorySchedules:
         expected_next: float,
         fired_slot: float,
         next_fire_at: float,
-        run: NewRun,
+        run: NewRun | None,
     ) -> RunRecord | None:
         s = self._s
         with s.lock:
             record = s.schedules.get(schedule_id)
             if record is None or not record.enabled or record.next_fire_at != expected_next:
                 return None
-            created, _ = s.create(run)
-            s.schedules[schedule_id] = dataclasses.replace(
-                record, last_fire_at=fired_slot, next_fire_at=next_fire_at, updated_at=self._clock()
-            )
+            if run is None:  # skip the slot: only next_fire_at moves
+                s.schedules[schedule_id] = dataclasses.replace(
+                    record, next_fire_at=next_fire_at, updated_at=self._clock()
+                )
+                created = None
+            else:
+                created, _ = s.create(run)
+                s.schedules[schedule_id] = dataclasses.replace(
+                    record,
+                    last_fire_at=fired_slot,
+                    next_fire_at=next_fire_at,
+                    last_run_id=created.run_id,
+                    updated_at=self._clock(),
+                )
         s.flush()
         return created

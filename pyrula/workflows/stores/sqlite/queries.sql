@@ -414,17 +414,18 @@ SELECT * FROM schedules WHERE schedule_id = :schedule_id;
 -- name: put_schedule
 INSERT INTO schedules (
     schedule_id, workflow, params, cron, every, timezone, enabled,
-    next_fire_at, last_fire_at, owner, created_at, updated_at
+    next_fire_at, last_fire_at, owner, created_at, updated_at, overlap, last_run_id
 ) VALUES (
     :schedule_id, :workflow, :params, :cron, :every, :timezone, :enabled,
-    :next_fire_at, :last_fire_at, :owner, :created_at, :updated_at
+    :next_fire_at, :last_fire_at, :owner, :created_at, :updated_at, :overlap, :last_run_id
 )
 ON CONFLICT (schedule_id) DO UPDATE SET
     workflow = excluded.workflow, params = excluded.params, cron = excluded.cron,
     every = excluded.every, timezone = excluded.timezone, enabled = excluded.enabled,
     next_fire_at = excluded.next_fire_at, last_fire_at = excluded.last_fire_at,
     owner = excluded.owner, created_at = excluded.created_at,
-    updated_at = excluded.updated_at
+    updated_at = excluded.updated_at, overlap = excluded.overlap,
+    last_run_id = excluded.last_run_id
 RETURNING *;
 
 -- name: list_schedules
@@ -464,6 +465,16 @@ UPDATE schedules SET
     last_fire_at = :fired_slot, next_fire_at = :next_fire_at, updated_at = :now
 WHERE schedule_id = :schedule_id AND enabled = 1 AND next_fire_at = :expected_next
 RETURNING schedule_id;
+
+-- name: skip_schedule_slot
+-- fire_schedule without a run (overlap 'skip'): the same compare-and-set, next_fire_at only.
+UPDATE schedules SET next_fire_at = :next_fire_at, updated_at = :now
+WHERE schedule_id = :schedule_id AND enabled = 1 AND next_fire_at = :expected_next
+RETURNING schedule_id;
+
+-- name: set_schedule_last_run
+-- In fire_schedule's transaction, once the slot's run exists.
+UPDATE schedules SET last_run_id = :run_id WHERE schedule_id = :schedule_id;
 
 -- name: upsert_worker
 -- An upsert, not INSERT OR REPLACE, so a worker keeps its rowid (the tie-break order).

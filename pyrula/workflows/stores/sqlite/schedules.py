@@ -59,6 +59,8 @@ class SqliteSchedules:
                 owner=schedule.owner,
                 created_at=existing.created_at if existing else t.now,
                 updated_at=t.now,
+                overlap=schedule.overlap,
+                last_run_id=existing.last_run_id if existing else schedule.last_run_id,
             )
             assert stored is not None
             _changed(t)
@@ -144,9 +146,18 @@ class SqliteSchedules:
         expected_next: float,
         fired_slot: float,
         next_fire_at: float,
-        run: NewRun,
+        run: NewRun | None,
     ) -> RunRecord | None:
         def tx(t: Tx) -> RunRecord | None:
+            if run is None:  # skip the slot: the compare-and-set moves next_fire_at only
+                t.one(
+                    "skip_schedule_slot",
+                    schedule_id=schedule_id,
+                    expected_next=expected_next,
+                    next_fire_at=next_fire_at,
+                    now=t.now,
+                )
+                return None
             won = t.one(
                 "fire_schedule",
                 schedule_id=schedule_id,
@@ -158,6 +169,7 @@ class SqliteSchedules:
             if won is None:
                 return None
             created, _ = t.create(run)
+            t.run("set_schedule_last_run", schedule_id=schedule_id, run_id=created.run_id)
             return created
 
         return await self._db.transact(tx)

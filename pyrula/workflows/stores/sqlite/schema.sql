@@ -142,7 +142,9 @@ CREATE TABLE IF NOT EXISTS schedules (
     last_fire_at REAL,
     owner        TEXT    NOT NULL,
     created_at   REAL    NOT NULL,
-    updated_at   REAL    NOT NULL
+    updated_at   REAL    NOT NULL,
+    overlap      TEXT    NOT NULL DEFAULT 'allow_all',  -- the overlap policy (version 8)
+    last_run_id  TEXT                              -- the run the last fired slot started
 );
 CREATE INDEX IF NOT EXISTS schedules_due
     ON schedules (next_fire_at, schedule_id) WHERE enabled = 1;

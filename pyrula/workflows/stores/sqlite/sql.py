@@ -21,7 +21,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.sqlfiles import flow_of_row, parse_named, read_sql
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 
 def _read(filename: str) -> str:
@@ -156,6 +156,7 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "4": (),
     "5": (),
     "6": (),  # version 7 adds tables only (trigger buffers, cursors): SCHEMA creates them
+    "7": (),  # version 8 adds schedule columns only (_V8_SCHEDULE_COLUMNS)
 }
 """The run columns a file of each older version lacks."""
 _V5_OWNER_COLUMN = "active INTEGER NOT NULL DEFAULT 1"
@@ -163,6 +164,12 @@ _V5_OWNER_COLUMN = "active INTEGER NOT NULL DEFAULT 1"
 starts active; the first claim clears the idle ones."""
 _V6_WORKER_COLUMN = "lock_ttl REAL NOT NULL DEFAULT 30.0"
 """Version 6: each worker's lock_ttl, by which its heartbeat's age is judged."""
+_V8_SCHEDULE_COLUMNS = {
+    "overlap": "overlap TEXT NOT NULL DEFAULT 'allow_all'",
+    "last_run_id": "last_run_id TEXT",
+}
+"""Version 8: each schedule's overlap policy (existing ones keep firing every slot) and
+the run its last fired slot started (unknown for slots fired before: NULL)."""
 
 
 def _migrate(conn: sqlite3.Connection, found: str) -> None:
@@ -177,6 +184,10 @@ def _migrate(conn: sqlite3.Connection, found: str) -> None:
     worker_columns = {row[1] for row in conn.execute("PRAGMA table_info(workers)")}
     if worker_columns and "lock_ttl" not in worker_columns:
         conn.execute(f"ALTER TABLE workers ADD COLUMN {_V6_WORKER_COLUMN}")
+    schedule_columns = {row[1] for row in conn.execute("PRAGMA table_info(schedules)")}
+    for name, column in _V8_SCHEDULE_COLUMNS.items():
+        if schedule_columns and name not in schedule_columns:
+            conn.execute(f"ALTER TABLE schedules ADD COLUMN {column}")
     for statement in SCHEMA:
         conn.execute(statement)
     if found == "1":
@@ -256,6 +267,8 @@ def to_schedule(row: sqlite3.Row) -> ScheduleRecord:
         owner=row["owner"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        overlap=row["overlap"],
+        last_run_id=row["last_run_id"],
     )
 
 

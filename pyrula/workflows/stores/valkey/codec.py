@@ -270,6 +270,7 @@ def schedule_fields(schedule: ScheduleRecord) -> list[str]:
     out = ["id", schedule.schedule_id, "wf", schedule.workflow, "p", schedule.params]
     out += ["tz", schedule.timezone]
     out += ["ow", schedule.owner]
+    out += ["ov", schedule.overlap]
     if schedule.cron is not None:
         out += ["cron", schedule.cron]
     if schedule.every is not None:
@@ -292,4 +293,6 @@ def to_schedule(flat: Sequence[Any]) -> ScheduleRecord:
         owner=f.get("ow", DEFAULT_OWNER),
         created_at=float(f["ca"]),
         updated_at=float(f["ua"]),
+        overlap=f.get("ov", "allow_all"),  # a schedule an older build stored: none
+        last_run_id=f.get("lr"),
     )

@@ -36,18 +36,6 @@ class ScheduleOps(ValkeyCore):
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         raise NotImplementedError  # RunOps
 
-    async def _reserve(self, new: NewRun, key: str) -> NewRun | None:
-        raise NotImplementedError  # RunOps
-
-    async def _release_key(self, new: NewRun, key: str) -> None:
-        raise NotImplementedError  # RunOps
-
-    async def _create_reserved(self, new: NewRun, key: str) -> RunRecord:
-        raise NotImplementedError  # RunOps
-
-    async def _existing_for(self, holder: NewRun, new: NewRun, key: str) -> RunRecord:
-        raise NotImplementedError  # RunOps
-
     async def create_schedule(
         self, schedule: ScheduleRecord, *, replace: bool = False
     ) -> ScheduleRecord:
@@ -61,6 +49,7 @@ class ScheduleOps(ValkeyCore):
             num(schedule.next_fire_at),
             "0" if schedule.last_fire_at is None else "1",
             "" if schedule.last_fire_at is None else num(schedule.last_fire_at),
+            schedule.last_run_id or "",
             *schedule_fields(schedule),
         )
         return to_schedule(reply)
@@ -162,33 +151,40 @@ class ScheduleOps(ValkeyCore):
         expected_next: float,
         fired_slot: float,
         next_fire_at: float,
-        run: NewRun,
+        run: NewRun | None,
     ) -> RunRecord | None:
-        """Compare-and-set the schedule's next slot, then create the run (its idempotency
-        key names schedule and slot). The two live in different slots: a process dying
-        between them loses that one slot, never fires it twice."""
+        """Create the slot's run, then compare-and-set the schedule's next slot, recording
+        the run as ``last_run_id``. The two live in different slots, so they are two calls,
+        in this order: a process dying between them leaves the run created and the
+        schedule due, and the next look fires the same slot again, which finds the same
+        run by its idempotency key (schedule and slot) and moves the schedule. (Moving
+        first lost the slot's run to such a death.) A racing worker firing the same slot
+        finds the same run. The schedule is read first, so a fire that is already stale
+        (another worker fired the slot, the schedule was paused, changed or deleted)
+        creates nothing; one that goes stale between that read and the compare-and-set
+        leaves the run of a slot that was due when it was read. ``run=None`` skips the
+        slot: ``next_fire_at`` only."""
         await self._ensure_open()
-        await self._note_workflow(run.workflow)
-        key = run.idempotency_key
-        # Take the slot's key first: a conflicting run fails the fire before it moves.
-        holder = None if key is None else await self._reserve(run, key)
-        moved = await self._server.call(
-            "sched_fire",
-            self._keys.sched,
-            schedule_id,
-            num(expected_next),
-            num(fired_slot),
-            num(next_fire_at),
-        )
-        if not int(moved):
-            if key is not None and holder is None:
-                await self._release_key(run, key)
+        if run is None:
+            await self._sched_fire(schedule_id, expected_next, fired_slot, next_fire_at, "")
             return None
-        if key is None:
-            return (await self.create_run(run))[0]
-        if holder is None:
-            return await self._create_reserved(run, key)
-        return await self._existing_for(holder, run, key)
+        current = await self.get_schedule(schedule_id)
+        if current is None or not current.enabled or current.next_fire_at != expected_next:
+            return None
+        record, _ = await self.create_run(run)
+        moved = await self._sched_fire(
+            schedule_id, expected_next, fired_slot, next_fire_at, record.run_id
+        )
+        return record if moved else None
+
+    async def _sched_fire(
+        self, schedule_id: str, expected: float, slot: float, following: float, run_id: str
+    ) -> bool:
+        moved = await self._server.call(
+            "sched_fire", self._keys.sched, schedule_id, num(expected), num(slot), num(following),
+            run_id,
+        )  # fmt: skip
+        return bool(int(moved))
 
     # -- workers -----------------------------------------------------------------------
     async def heartbeat(self, info: WorkerInfo) -> None:

@@ -10,13 +10,16 @@
 -- "chg" (one entry, MAXLEN 1) gets an entry on every create, update and delete: its
 -- last id is the change marker schedule loops block on with XREAD):
 --   sched_create    ARGV[2..] id, replace, enabled, next_fire_at, has_last, last_fire_at,
---                   then field, value pairs of the definition -> schedule
+--                   last_run_id ('' none), then field, value pairs of the definition
+--                   -> schedule (a replace keeps the stored lf and lr)
 --   sched_update    ARGV[2..] id, enabled ('' keep), has_params, params,
 --                   next_fire_at ('' keep) -> schedule
 --   sched_delete    ARGV[2] id -> 1 | 0
 --   sched_due       ARGV[2] limit -> {schedule, ...} due, earliest first
 --   sched_list      -> {schedule, ...} ordered by id
---   sched_fire      ARGV[2..] id, expected_next, fired_slot, next_fire_at -> 1 | 0
+--   sched_fire      ARGV[2..] id, expected_next, fired_slot, next_fire_at, run_id
+--                   -> 1 | 0; run_id is the run holding the slot (kept as lr), or ''
+--                   to skip the slot (overlap 'skip'): only nf moves, lf and lr stay
 
 register('meta_check', function(keys, argv)
   local out = {}
@@ -59,19 +62,24 @@ register('sched_create', function(keys, argv)
   local P, now = keys[1], now_of(argv[1])
   local id, replace, enabled, next_fire_at = argv[2], argv[3], argv[4], argv[5]
   local key = P .. 's:' .. id
-  local old = redis.call('HMGET', key, 'ca', 'lf')
+  local old = redis.call('HMGET', key, 'ca', 'lf', 'lr')
   local exists = redis.call('EXISTS', key) == 1
   if exists and replace ~= '1' then fail('SCHEDEXISTS', id) end
-  local created, last = fmt(now), nil
+  local created, last, last_run = fmt(now), nil, nil
   if argv[6] == '1' then last = argv[7] end
-  if exists then created, last = old[1], old[2] end
+  if argv[8] ~= '' then last_run = argv[8] end
+  if exists then created, last, last_run = old[1], old[2], old[3] end
   redis.call('DEL', key)
   local fields = {'en', enabled, 'nf', next_fire_at, 'ca', created, 'ua', fmt(now)}
   if last then
     fields[#fields + 1] = 'lf'
     fields[#fields + 1] = last
   end
-  for i = 8, #argv do fields[#fields + 1] = argv[i] end
+  if last_run then
+    fields[#fields + 1] = 'lr'
+    fields[#fields + 1] = last_run
+  end
+  for i = 9, #argv do fields[#fields + 1] = argv[i] end
   redis.call('HSET', key, unpack(fields))
   sched_index(P, id, enabled, next_fire_at)
   sched_changed(P)
@@ -131,11 +139,15 @@ end)
 
 register('sched_fire', function(keys, argv)
   local P, now = keys[1], now_of(argv[1])
-  local id, expected, slot, next_fire_at = argv[2], argv[3], argv[4], argv[5]
+  local id, expected, slot, next_fire_at, run_id = argv[2], argv[3], argv[4], argv[5], argv[6]
   local key = P .. 's:' .. id
   local state = redis.call('HMGET', key, 'en', 'nf')
   if state[1] ~= '1' or tonumber(state[2]) ~= tonumber(expected) then return 0 end
-  redis.call('HSET', key, 'lf', slot, 'nf', next_fire_at, 'ua', fmt(now))
+  if run_id == '' then
+    redis.call('HSET', key, 'nf', next_fire_at, 'ua', fmt(now))  -- a skipped slot
+  else
+    redis.call('HSET', key, 'lf', slot, 'nf', next_fire_at, 'lr', run_id, 'ua', fmt(now))
+  end
   redis.call('ZADD', P .. 'next', next_fire_at, id)
   return 1
 end)

@@ -6,11 +6,11 @@ in-process worker) and below it (``PayloadTooLarge`` at submit, nothing stored; 
 result over the worker's limit fails its run). While the big run goes through, a second
 process pings the server in a loop (its worst round trip is how long the server's event
 loop was blocked, as a client saw it) and the server's own latency monitor and slow log
-record its slowest commands; the bound asserted is loose (a 10 MB payload never blocks
-the server a second: Lua treats payloads as opaque strings). The worker's own event loop
-lag, the time each replay of the run takes (the run sleeps after its big step, so every
-wake-up replays the journal with the big result) and the worker's RSS across replays are
-printed; only the RSS is asserted, loosely (no copy of the result kept per replay).
+record its slowest commands. Those, the worker's own event loop lag, the time each replay
+of the run takes (the run sleeps after its big step, so every wake-up replays the journal
+with the big result) and the worker's RSS across replays are printed, not asserted
+(timings are figures, not tests); only the RSS is asserted, loosely (no copy of the result
+kept per replay).
 
 100 MB is not run. Measured by hand (2026-11-30, this file with the skip removed): it
 goes through, 15 s end to end, but the journal write of the 100 MB result held
@@ -59,12 +59,10 @@ from .servers import ValkeyProcess, fresh_namespace
 MB = 1_000_000
 NAPS = 4
 """Sleeps after the big step: each wake-up claims the run again and replays its journal."""
-SERVER_BLOCK_BOUND = 1.0
-"""Seconds a payload may block the server at most (loose: loopback, one client)."""
 LENIENT_LEASE = {"lock_ttl": 30.0}
-"""The worker shares this test's event loop, which reading a 10 MB reply stalls for
-seconds (see the module docstring): a short lease would lapse, which is scenario 5's
-business, not this one's."""
+"""The worker shares this test's event loop, which encoding and decoding a 10 MB payload
+stalls (0.1 - 0.5 s measured): a short lease could lapse on a busy machine, which is
+scenario 5's business, not this one's."""
 
 PINGER = """
 import json, signal, sys, time
@@ -286,8 +284,7 @@ async def test_big_params_and_step_results_go_through_end_to_end(
     growth = replays[-1][1] - replays[1][1]
     assert growth < 4 * size / 2**20 + 16, f"RSS grew {growth:.0f} MB over the replays"
     assert len(steps) == 1 and len(steps[0].value) >= size - 12
-    assert pings["count"] > 0 and pings["worst"] < SERVER_BLOCK_BOUND, pings
-    assert server_worst < SERVER_BLOCK_BOUND, slowest
+    assert pings["count"] > 0, pings
 
 
 def hgetall_calls(server: ValkeyProcess) -> int:

@@ -81,8 +81,8 @@ class Replies:
             if pos < len(self.buf):
                 parts.insert(0, self.buf[pos:])
             self.buf = parts[0] if len(parts) == 1 else b"".join(parts)
-            self.pos = 0
-            self._parts, self._parts_size = [], 0
+            self.pos = self._parts_size = 0
+            parts.clear()
         buf, pos = self.buf, self.pos
         try:
             value, end = parse(buf, pos)

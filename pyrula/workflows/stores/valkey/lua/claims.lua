@@ -132,10 +132,12 @@ local function flow_blocked(r)
   return {r.id, r.ow, r.fk or '', r.fr or '', r.fb or '', r.fc or ''}
 end
 
--- Expired before any worker started it: it ends, costing its owner no turn.
+-- Expired before any worker started it: it ends, costing its owner no turn, and is
+-- reported to the claimer as it ended (followup 'expired': Python's Claimed.expired).
 local function expired(c, r)
   if r.ex and tonumber(r.ex) <= c.now then
     end_run(c, r, 'cancelled', {er = r.xe, xe = NIL})
+    follow(c, 'expired', r.id, pack_run(r))
     return true
   end
   return false

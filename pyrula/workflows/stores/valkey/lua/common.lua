@@ -258,13 +258,10 @@ local function enqueue(c, r, avail, changes)
   if c.lower[r.wf] == nil or avail < c.lower[r.wf] then c.lower[r.wf] = avail end
 end
 
--- Make r terminal; wake its waiters and a parent waiting for it. A queued run a claim
--- ends because it expired (claims.lua expired(): its stored error is its RunExpired, xe)
--- is reported to the claimer, as it ended (followup 'expired': Python's Claimed.expired).
+-- Make r terminal; wake its waiters and a parent waiting for it.
 local function end_run(c, r, status, changes)
   leave(c, r)
   changes = changes or {}
-  local expiring = status == 'cancelled' and r.xe ~= nil and changes.er == r.xe
   changes.st = status
   changes.fa = fmt(c.now)
   changes.ua = fmt(c.now)
@@ -274,7 +271,6 @@ local function end_run(c, r, status, changes)
   local done = c.P .. K.done .. r.id
   redis.call('RPUSH', done, '1')
   redis.call('EXPIRE', done, DONE_TTL)
-  if expiring then follow(c, 'expired', r.id, pack_run(r)) end
   if r.pa then
     local p = load_run(c, r.pa)
     if p == nil then

@@ -8,12 +8,17 @@ never overwritten unless ``--force``.
 
 from __future__ import annotations
 
+from importlib.resources import files as package_files
 from pathlib import Path
 from typing import Any
 
 import click
 
 from pyrula.cli.render import CliError
+
+SCAFFOLDS = "pyrula.scaffolds"
+"""The package of the templates: the repository's ``scaffolds/`` folder, installed inside
+pyrula (setup.py), read by name so no code imports it."""
 
 
 def _files(root: Any, prefix: Path = Path()) -> list[tuple[Path, Any]]:
@@ -34,9 +39,7 @@ def _files(root: Any, prefix: Path = Path()) -> list[tuple[Path, Any]]:
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 def init_command(celery: bool, force: bool, directory: Path) -> None:
     """Write a starter project into DIRECTORY (default: the current one)."""
-    from scaffolds import template
-
-    files = _files(template("celery" if celery else "plain"))
+    files = _files(package_files(SCAFFOLDS) / ("celery" if celery else "plain"))
     targets = [(directory / rel, src) for rel, src in files]
     existing = [str(path) for path, _ in targets if path.exists()]
     if existing and not force:

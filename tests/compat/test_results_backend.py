@@ -1,6 +1,6 @@
 """``AsyncResult.children``/``collect()``, ``app.backend``, ``task_store_eager_result``
 and ``task_revoked`` for tasks revoked before a worker took them, against a real
-``pyrula worker -A proj`` (with ``proj_audit``'s signal receivers) on SQLite and Valkey.
+``pyrula worker -A proj`` (with ``proj_worker``'s signal receivers) on SQLite and Valkey.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ def served(
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Iterator[Served]:
-    """A worker of ``proj`` + ``proj_audit`` logging its task signals to ``<tmp>/signals``."""
+    """A worker of ``proj`` + ``proj_worker`` logging its task signals to ``<tmp>/signals``."""
     tmp = tmp_path_factory.mktemp(f"backend-{store_kind}")
     url = broker_url(store_kind, tmp, request)
     with proj_workers(url, tmp, proj_app) as workers:
-        env = {"AUDIT_SIGNALS": str(tmp / "signals")}
-        worker = workers.start("--workflow", "proj_audit", env=env)
+        env = {"SIGNAL_LOG": str(tmp / "signals")}
+        worker = workers.start("--workflow", "proj_worker", env=env)
         yield Served(proj_app, workers, worker, tmp, url)
 
 

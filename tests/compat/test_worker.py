@@ -189,7 +189,7 @@ def test_revoke_queued_running_and_terminate(served: Served) -> None:
     assert queued.state == states.REVOKED
     with pytest.raises(TaskRevokedError, match="revoked"):
         queued.get(timeout=T)
-    served.app.control.revoke("no-such-id")  # remembered: see test_audit_fixes.py
+    served.app.control.revoke("no-such-id")  # remembered: see test_worker_task_lifecycle.py
 
     gate, marker = served.path("gate"), served.path("marker")
     running = t.wait_gate.delay(gate, marker)

@@ -2,7 +2,7 @@
 
 The broker comes from ``CELERY_BROKER_URL`` (the tests set it per store), as it can in
 Celery; ``PROJ_BEAT=1`` turns the beat schedule on, ``PROJ_RESULT_EXPIRES`` sets
-``result_expires`` (seconds); with ``AUDIT_SIGNALS=<path>`` the worker-start signals a
+``result_expires`` (seconds); with ``SIGNAL_LOG=<path>`` the worker-start signals a
 project connects here (logging, ``celeryd_after_setup``) are logged to ``<path>``.
 """
 
@@ -36,12 +36,12 @@ if os.environ.get("PROJ_BEAT"):
         },
     }
 
-if os.environ.get("AUDIT_SIGNALS"):
+if os.environ.get("SIGNAL_LOG"):
 
     def _log_start_signal(signal, **fields):
         import json
 
-        with open(os.environ["AUDIT_SIGNALS"], "a") as handle:
+        with open(os.environ["SIGNAL_LOG"], "a") as handle:
             handle.write(json.dumps({"signal": signal, "id": "start", **fields}) + "\n")
 
     @signals.after_setup_logger.connect

@@ -1,7 +1,7 @@
-"""Tasks and signal receivers for ``test_audit_fixes*.py``, imported by the workers those
-tests start (``--workflow proj_audit``) and by the test process (to call the tasks).
+"""Tasks and signal receivers for ``test_worker_task_lifecycle.py``, imported by the workers those
+tests start (``--workflow proj_worker``) and by the test process (to call the tasks).
 
-With ``AUDIT_SIGNALS=<path>`` in its environment (only the workers have it), the process
+With ``SIGNAL_LOG=<path>`` in its environment (only the workers have it), the process
 appends one JSON line per ``task_received``/``task_revoked``/``task_unknown`` to
 ``<path>``.
 """
@@ -28,20 +28,20 @@ def _wait_for(path, timeout=60.0):
         time.sleep(0.02)
 
 
-@app.task(name="proj_audit.broken_errback")
+@app.task(name="proj_worker.broken_errback")
 def broken_errback(request, exc, traceback, path):
     """A new-style errback that raises; logs each run and the failed task's state."""
     _append(path, json.dumps({"id": request.id, "state": AsyncResult(request.id).state}))
     raise RuntimeError("errback bug")
 
 
-@app.task(name="proj_audit.broken_link")
+@app.task(name="proj_worker.broken_link")
 def broken_link(value, path):
     _append(path, json.dumps(value))
     raise RuntimeError("link bug")
 
 
-@app.task(bind=True, name="proj_audit.request_times", max_retries=1)
+@app.task(bind=True, name="proj_worker.request_times", max_retries=1)
 def request_times(self, retry_after=None):
     """``self.request.eta``/``expires`` of each attempt; retries once if asked."""
     seen = {"eta": self.request.eta, "expires": self.request.expires}
@@ -50,7 +50,7 @@ def request_times(self, retry_after=None):
     return {"retries": self.request.retries, **seen}
 
 
-@app.task(bind=True, name="proj_audit.gated", max_retries=1)
+@app.task(bind=True, name="proj_worker.gated", max_retries=1)
 def gated(self, gate, marker, retry=False):
     """Logs its start, waits for ``gate``, then retries once at once if asked."""
     _append(marker, f"start {self.request.retries}")
@@ -60,7 +60,7 @@ def gated(self, gate, marker, retry=False):
     return "done"
 
 
-@app.task(bind=True, name="proj_audit.retry_later", max_retries=1)
+@app.task(bind=True, name="proj_worker.retry_later", max_retries=1)
 def retry_later(self, value):
     """Retries with ``value * 10`` in two minutes (an inspect test revokes it first)."""
     if self.request.retries == 0:
@@ -75,7 +75,7 @@ class Stoppable(app.Task):
         _append(args[0], "success")
 
 
-@app.task(base=Stoppable, name="proj_audit.stoppable")
+@app.task(base=Stoppable, name="proj_worker.stoppable")
 def stoppable(marker):
     """Ticks for up to 20 s, swallowing every Exception, then logs that it finished."""
     deadline = time.monotonic() + 20
@@ -89,7 +89,7 @@ def stoppable(marker):
     return "finished"
 
 
-@app.task(name="proj_audit.spin")
+@app.task(name="proj_worker.spin")
 def spin(seconds):
     """Busy for ``seconds``; ``soft`` if a soft time limit stopped it first."""
     from pyrula_compat.exceptions import SoftTimeLimitExceeded
@@ -103,7 +103,7 @@ def spin(seconds):
     return "no limit"
 
 
-@app.task(bind=True, base=AbortableTask, name="proj_audit.abortable")
+@app.task(bind=True, base=AbortableTask, name="proj_worker.abortable")
 def abortable(self, marker):
     """Ticks until aborted (at most 20 s); returns how it ended."""
     deadline = time.monotonic() + 20
@@ -116,7 +116,7 @@ def abortable(self, marker):
     return "finished"
 
 
-_SIGNALS = os.environ.get("AUDIT_SIGNALS")
+_SIGNALS = os.environ.get("SIGNAL_LOG")
 if _SIGNALS:
 
     @signals.task_received.connect

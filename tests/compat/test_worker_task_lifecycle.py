@@ -1,9 +1,9 @@
-"""Fixes from the compat audit, against real ``pyrula worker -A proj`` processes on
+"""Task lifecycles against real ``pyrula worker -A proj`` processes on
 SQLite (the revoke-before-send tests also on Valkey): errbacks and links that raise,
 ``request.eta``/``expires``, which store ``-A`` serves, the worker-side task signals,
 ``revoke`` before the task is sent, and names no worker serves.
 
-The workers import ``proj_audit`` (tasks, and receivers that log the signals to a file).
+The workers import ``proj_worker`` (tasks, and receivers that log the signals to a file).
 """
 
 from __future__ import annotations
@@ -46,24 +46,24 @@ def tasks() -> Any:
 
 
 def audit() -> Any:
-    import proj_audit
+    import proj_worker
 
-    return proj_audit
+    return proj_worker
 
 
 @pytest.fixture(scope="module")
 def served(proj_app: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """One worker of ``proj`` + ``proj_audit`` on a SQLite store, logging its signals to
+    """One worker of ``proj`` + ``proj_worker`` on a SQLite store, logging its signals to
     ``<tmp>/signals``."""
     tmp = tmp_path_factory.mktemp("audit")
     url = f"sqlite:///{tmp / 'proj.db'}"
     with proj_workers(url, tmp, proj_app) as workers:
-        worker = workers.start("--workflow", "proj_audit", env=signal_env(tmp))
+        worker = workers.start("--workflow", "proj_worker", env=signal_env(tmp))
         yield Served(proj_app, workers, worker, tmp, url)
 
 
 def signal_env(tmp: Path) -> dict[str, str]:
-    return {"AUDIT_SIGNALS": str(tmp / "signals")}
+    return {"SIGNAL_LOG": str(tmp / "signals")}
 
 
 def signals_of(served: Served, signal: str, task_id: str) -> list[dict[str, Any]]:
@@ -87,7 +87,7 @@ def test_an_errback_that_raises_runs_once_and_the_task_keeps_its_failure(served:
     assert result.state == states.FAILURE
     time.sleep(1.5)  # the default step retries would have re-run it after 1 s
     assert [json.loads(x) for x in lines(path)] == [{"id": result.id, "state": "FAILURE"}]
-    assert f"task proj.tasks.fail[{result.id}]: errback proj_audit.broken_errback raised" in (
+    assert f"task proj.tasks.fail[{result.id}]: errback proj_worker.broken_errback raised" in (
         served.worker.stderr
     )
     assert "RuntimeError: errback bug" in served.worker.stderr
@@ -188,8 +188,8 @@ def test_task_received_is_sent_for_each_attempt(served: Served) -> None:
     )
     assert found
     first, second = signals_of(served, "task_received", result.id)
-    assert first["sender"] == "AppWorker" and first["name"] == "proj_audit.request_times"
-    assert first["task"] == "proj_audit.request_times" and first["eta"] is None
+    assert first["sender"] == "AppWorker" and first["name"] == "proj_worker.request_times"
+    assert first["task"] == "proj_worker.request_times" and first["eta"] is None
     assert second["eta"] is not None  # the retry's
 
 
@@ -201,7 +201,7 @@ def test_task_revoked_when_terminated_or_revoked_while_running(served: Served) -
     running.revoke(terminate=True)
     signal = wait_signal(served, "task_revoked", running.id)
     assert signal == {
-        "signal": "task_revoked", "sender": "proj_audit.gated", "id": running.id,
+        "signal": "task_revoked", "sender": "proj_worker.gated", "id": running.id,
         "terminated": True, "signum": None, "expired": False,
     }  # fmt: skip
     Path(gate).touch()
@@ -254,7 +254,7 @@ def test_inspect_answers_from_the_store(served: Served) -> None:
     wait_until(lambda: lines(marker), T, "the task to start")
     inspect = served.app.control.inspect()
     [(node, [request])] = [(n, rs) for n, rs in inspect.active().items() if rs]
-    assert request["id"] == running.id and request["name"] == "proj_audit.gated"
+    assert request["id"] == running.id and request["name"] == "proj_worker.gated"
     assert request["args"] == [gate, marker] and request["hostname"] == node
     assert request["time_start"] is not None and request["worker_pid"] > 0
     scheduled = inspect.scheduled()["store"]
@@ -283,7 +283,7 @@ def test_inspect_scheduled_lists_a_task_waiting_for_its_retry(served: Served) ->
     [entry] = [e for e in inspect.scheduled()["store"] if e["request"]["id"] == result.id]
     eta = datetime.fromisoformat(entry["eta"])
     assert sent + timedelta(seconds=100) < eta < sent + timedelta(seconds=140)
-    assert entry["request"]["name"] == "proj_audit.retry_later"
+    assert entry["request"]["name"] == "proj_worker.retry_later"
     assert (entry["request"]["args"], entry["request"]["kwargs"]) == ([40], {})
     found = inspect.query_task(result.id)["store"]
     assert found == {result.id: ["scheduled", entry["request"]]}
@@ -366,7 +366,7 @@ def test_task_unknown_and_warnings_for_a_name_no_worker_serves(
     )
     with pytest.raises(TimeoutError, match="no running worker has it registered"):
         result.get(timeout=0.3)
-    worker = served.workers.start("--workflow", "proj_audit", env=signal_env(served.tmp))
+    worker = served.workers.start("--workflow", "proj_worker", env=signal_env(served.tmp))
     try:
         signal = wait_signal(served, "task_unknown", result.id)
         assert signal == {

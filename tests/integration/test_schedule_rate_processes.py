@@ -1,4 +1,4 @@
-"""Multi-process acceptance for issue 3 on one shared SQLite file: three workers fire each
+"""Schedules and rate limits across processes on one shared SQLite file: three workers fire each
 slot of a 1-second interval exactly once, and a Rate(per_second=10) holds across two
 workers. Every worker process is started, and killed, by its PID."""
 
@@ -21,7 +21,7 @@ import pytest
 from pyrula.workflows import WorkflowClient
 from pyrula.workflows.schedules import Schedule
 from pyrula.workflows.stores.sqlite import SqliteStore
-from tests.fixtures import issue3_workflows as wf
+from tests.fixtures import schedule_rate_workflows as wf
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "tests" / "fixtures" / "run_worker.py"
 WORKER_FLAGS = [
     "--module",
-    "tests.fixtures.issue3_workflows",
+    "tests.fixtures.schedule_rate_workflows",
     "--claim-poll-interval",
     "0.05",
     "--timer-poll-interval-s",
@@ -48,7 +48,7 @@ class Workers:
     """Worker processes on one SQLite file; each is stopped, then killed, by its PID."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.db_path = tmp_path / "issue3.db"
+        self.db_path = tmp_path / "shared.db"
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[Path] = []

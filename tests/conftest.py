@@ -3,11 +3,16 @@
 ``engine_store`` runs a test once per store kind (memory, SQLite file), on the real clock.
 ``start_worker`` runs an in-process worker on the test's event loop with fast timings and
 stops it at teardown. (``tests/stores/`` has its own fixtures for the conformance suite.)
+
+``--stores memory,sqlite`` (or ``PYRULA_TEST_STORES``) keeps only the tests parametrized
+over those store kinds (the conformance suite's ``store_kind`` and ``engine_store_kind``);
+tests that name no store kind run as usual.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
@@ -26,6 +31,43 @@ from pyrula.workflows import (
 from pyrula.workflows.registry import Registry
 
 STORE_KINDS = ("memory", "sqlite")
+
+STORE_PARAMS = ("store_kind", "engine_store_kind")
+"""The fixtures whose parameter is a store kind, filtered by ``--stores``."""
+ALL_STORE_KINDS = ("memory", "sqlite", "valkey", "valkey-cluster", "archiving")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--stores",
+        default=os.environ.get("PYRULA_TEST_STORES", ""),
+        help=f"comma-separated store kinds to test ({', '.join(ALL_STORE_KINDS)}); default all",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = {kind.strip() for kind in str(config.getoption("--stores")).split(",") if kind}
+    if not wanted:
+        return
+    unknown = wanted - set(ALL_STORE_KINDS)
+    if unknown:
+        raise pytest.UsageError(
+            f"--stores: unknown store kind {', '.join(sorted(unknown))}; "
+            f"expected some of {', '.join(ALL_STORE_KINDS)}"
+        )
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        kinds = (
+            {params.params[name] for name in STORE_PARAMS if name in params.params}
+            if params
+            else set()
+        )
+        (dropped if kinds - wanted else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
 
 FAST = {
     "claim_poll_interval": 0.02,

@@ -25,6 +25,8 @@ from pyrula.workflows import PostgresArchive
 from pyrula.workflows.stores.schedule_admin import run_blocking
 
 ENV = "PYRULA_TEST_POSTGRES_DSN"
+REQUIRE_ENV = "PYRULA_REQUIRE_POSTGRES"
+"""Set (CI sets it) to fail, not skip, the tests that need Postgres when none is available."""
 
 
 class PostgresProcess:
@@ -98,6 +100,8 @@ def postgres_dsn() -> Iterator[str]:
             warnings.simplefilter("ignore")
             import pgserver  # noqa: F401
     except ImportError:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"no Postgres, and {REQUIRE_ENV} is set: set {ENV} or install pgserver")
         pytest.skip(f"no Postgres: set {ENV} or install pgserver")
     dsn = _SHARED.acquire()
     try:

@@ -165,6 +165,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
         group_index: int | None = None,
         failed: str | None = None,
         expires_in: float | None = None,
+        retries: int | None = None,
     ) -> Any:
         guards: dict[str, Any] = {}  # the running attempt's BodyGuard (run_attempt)
         meta = {
@@ -179,7 +180,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             exc, tb = errors.from_json(failed)
             raise errors.with_remote_traceback(exc, tb)
         try:
-            return await run_task(ctx, meta, args, kwargs, expires_in)
+            return await run_task(ctx, meta, args, kwargs, expires_in, retries or 0)
         except CancelRequested:  # revoked (or expired) and noticed here: Celery's signal
             worker_signals.revoked(app, name, ctx.run_id, meta, expired=bool(meta.get("_expired")))
             raise
@@ -198,7 +199,10 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
         args: list[Any] | None,
         kwargs: dict[str, Any] | None,
         expires_in: float | None,
+        retries: int,
     ) -> Any:
+        """``retries``: the attempts made before this run (a task adopted from Celery
+        mid-retry), so ``request.retries`` and ``max_retries`` carry on from there."""
         chain, link, link_error = meta["chain"], meta["link"], meta["link_error"]
         root_id = meta["root_id"]
         if expires_in is not None and await Step(_expire_if_late, name="expiry")(
@@ -210,7 +214,6 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
         call_args, call_kwargs = list(args or []), dict(kwargs or {})
         call_limits = meta["_headers"].get("timelimit") or [None, None]
         hard = call_limits[0] if call_limits[0] is not None else task.time_limit
-        retries = 0
         while True:
             attempt = Step(
                 _attempt_step, name=f"attempt-{retries}", retry=ONE_ATTEMPT,

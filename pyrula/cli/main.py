@@ -9,7 +9,7 @@ as a malformed cron expression or JSON, a workflow module that does not import),
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
 import click
@@ -38,7 +38,38 @@ def _version() -> str:
         return "unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+PLUGIN_GROUP = "pyrula.cli"
+"""The entry-point group whose click commands join ``pyrula`` (the Celery drop-in's
+``migrate``, ...), as Celery loads ``celery.commands``."""
+
+
+class PluginGroup(click.Group):
+    """A group that also lists the commands of :data:`PLUGIN_GROUP`, importing one only
+    when it is asked for (so ``pyrula runs list`` imports no plugin)."""
+
+    def _plugins(self) -> dict[str, Any]:
+        return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugins()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        plugin = self._plugins().get(cmd_name)
+        if plugin is None:
+            return None
+        loaded = plugin.load()
+        if not isinstance(loaded, click.Command):
+            raise click.ClickException(
+                f"the {PLUGIN_GROUP} entry point {cmd_name!r} ({plugin.value}) is not a click "
+                "command"
+            )
+        return loaded
+
+
+@click.group(cls=PluginGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="pyrula")
 @app_loader.group_options
 @click.pass_context

@@ -1,0 +1,36 @@
+"""Real Celery 5.7 for the migration tests: installed once per machine with ``pip
+install --target`` into a directory of its own, never into the project's venv (there,
+``import celery`` must fail: the shim's opt-in alias checks it). Processes that play the
+old deployment get it on ``PYTHONPATH``.
+
+``PYRULA_TEST_CELERY_DIR`` names a directory that holds it already.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+VERSION = "5.7.0"
+
+
+def celery_dir() -> Path:
+    given = os.environ.get("PYRULA_TEST_CELERY_DIR")
+    if given:
+        return Path(given)
+    target = (
+        Path.home()
+        / ".cache"
+        / "pyrula-tests"
+        / f"celery-{VERSION}-py{sys.version_info[0]}{sys.version_info[1]}"
+    )
+    if not (target / "celery" / "__init__.py").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--target", str(target),
+             f"celery[redis]=={VERSION}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return target

@@ -176,3 +176,148 @@ def _print(report: Report, queues: list[str]) -> None:
     if pickled:
         names = ", ".join(f"{task} ({count})" for task, count in sorted(pickled.items()))
         click.echo(f"pickle-serialized, never unpickled: {names}")
+
+
+SHELVE_NOTE = (
+    "is Celery beat's shelve file (pickle): pyrula never unpickles it. Put its entries in "
+    "the app's beat_schedule (pyrula's workers fire those), or import them from "
+    "django-celery-beat (--django) or redbeat (--redbeat-url)"
+)
+
+
+@migrate_group.command("beat")
+@click.option(
+    "--app",
+    "-A",
+    "celery_app",
+    metavar="APP",
+    default=None,
+    help="The Celery app (pyrula_compat): its tasks, time zone and store.",
+)
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    default=None,
+    help="The store the schedules go to (default: the app's broker URL).",
+)
+@click.option(
+    "--django",
+    "django",
+    is_flag=True,
+    help="Import django-celery-beat's periodic tasks through the Django project's "
+    "database (DJANGO_SETTINGS_MODULE, or --django-settings).",
+)
+@click.option(
+    "--django-settings",
+    default=None,
+    metavar="MODULE",
+    help="The Django settings module (sets DJANGO_SETTINGS_MODULE).",
+)
+@click.option(
+    "--redbeat-url",
+    default=None,
+    metavar="URL",
+    help="Import celery-redbeat's entries from this Redis or Valkey.",
+)
+@click.option(
+    "--redbeat-key-prefix",
+    default=None,
+    metavar="PREFIX",
+    help="redbeat's key prefix (default: the app's redbeat_key_prefix, else 'redbeat:').",
+)
+@click.option(
+    "--from-file",
+    "schedule_file",
+    default=None,
+    metavar="PATH",
+    help="A celerybeat-schedule file: refused (it is pickle).",
+)
+def migrate_beat_command(
+    celery_app: str | None,
+    store_url: str | None,
+    django: bool,
+    django_settings: str | None,
+    redbeat_url: str | None,
+    redbeat_key_prefix: str | None,
+    schedule_file: str | None,
+) -> None:
+    """Import periodic tasks from django-celery-beat or redbeat as stored schedules."""
+    import asyncio
+    import os
+
+    from pyrula.cli.celery_commands import load_app
+    from pyrula.workflows import open_store
+    from pyrula_compat.migrate import beat
+
+    if schedule_file is not None:
+        raise click.UsageError(f"{schedule_file} {SHELVE_NOTE}")
+    if not django and not django_settings and redbeat_url is None:
+        raise click.UsageError("say where the schedules are: --django or --redbeat-url URL")
+    if django_settings:
+        os.environ["DJANGO_SETTINGS_MODULE"] = django_settings
+    app, url = load_app(celery_app, store_url, "migrate beat")
+    if url is not None:
+        app.conf.broker_url = url
+    entries: list[beat.BeatEntry] = []
+    report = beat.BeatReport()
+    if django or django_settings:
+        found, read = _django_entries()
+        entries += found
+        report.skipped += read.skipped
+    if redbeat_url is not None:
+        try:
+            check_url(redbeat_url)
+        except BrokerUrlError as exc:
+            raise click.UsageError(str(exc).replace("--from", "--redbeat-url")) from None
+        import valkey
+
+        prefix = redbeat_key_prefix or str(app.conf.get("redbeat_key_prefix") or "redbeat:")
+        client: Any = valkey.Valkey.from_url(redbeat_url)
+        try:
+            found, read = beat.read_redbeat(client, prefix)
+        finally:
+            client.close()
+        entries += found
+        report.skipped += read.skipped
+
+    async def write() -> list[beat.BeatEntry]:
+        store = open_store(app.store_url())
+        await store.open()
+        try:
+            return await beat.import_schedules(app, store, entries, report)
+        finally:
+            await store.close()
+
+    beat.queue_once(app, asyncio.run(write()), report)
+    for name in report.written:
+        click.echo(f"  schedule written: {name}")
+    for run_id in report.once:
+        click.echo(f"  one-off run queued: {run_id}")
+    click.echo(f"schedules written: {len(report.written)}, unchanged: {len(report.unchanged)}, "
+               f"one-off runs: {len(report.once)}")  # fmt: skip
+    if report.skipped:
+        click.echo(f"not imported: {len(report.skipped)}")
+        for name, why in report.skipped:
+            click.echo(f"  {name}: {why}")
+
+
+def _django_entries() -> tuple[list[Any], Any]:
+    """django-celery-beat's periodic tasks, read through the project's database."""
+    import django
+    from django.db import connection
+    from django.db.utils import DatabaseError
+
+    from pyrula_compat.migrate import beat
+
+    django.setup()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(beat.DJANGO_QUERY)
+            rows = cursor.fetchall()
+    except DatabaseError as exc:
+        raise click.ClickException(
+            f"cannot read django-celery-beat's tables ({exc}): is django_celery_beat migrated "
+            "in this database?"
+        ) from None
+    return beat.read_django_celery_beat(rows)

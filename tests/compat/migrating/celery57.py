@@ -1,4 +1,5 @@
-"""Real Celery 5.7 for the migration tests: installed once per machine with ``pip
+"""Real Celery 5.7 (with django-celery-beat and celery-redbeat, which need it) for the
+migration tests: installed once per machine with ``pip
 install --target`` into a directory of its own, never into the project's venv (there,
 ``import celery`` must fail: the shim's opt-in alias checks it). Processes that play the
 old deployment get it on ``PYTHONPATH``.
@@ -14,23 +15,19 @@ import sys
 from pathlib import Path
 
 VERSION = "5.7.0"
+PACKAGES = (f"celery[redis]=={VERSION}", "django-celery-beat==2.9.0", "celery-redbeat==2.4.2")
 
 
 def celery_dir() -> Path:
     given = os.environ.get("PYRULA_TEST_CELERY_DIR")
     if given:
         return Path(given)
-    target = (
-        Path.home()
-        / ".cache"
-        / "pyrula-tests"
-        / f"celery-{VERSION}-py{sys.version_info[0]}{sys.version_info[1]}"
-    )
-    if not (target / "celery" / "__init__.py").exists():
+    python = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    target = Path.home() / ".cache" / "pyrula-tests" / f"celery-{VERSION}-beat-{python}"
+    if not (target / "redbeat" / "__init__.py").exists():
         target.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--target", str(target),
-             f"celery[redis]=={VERSION}"],
+            [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *PACKAGES],
             check=True, capture_output=True,
         )  # fmt: skip
     return target

@@ -27,6 +27,7 @@ from pyrula.workflows.serialization import ErrorInfo
 from pyrula_compat import codec, recorded, states, store, trail
 from pyrula_compat._state import get_current_app, get_current_worker_task
 from pyrula_compat.exceptions import IncompleteStream, TimeoutError
+from pyrula_compat.migrate.results import legacy_record
 from pyrula_compat.runstate import REVOKED_TASK, decode, info_of, state_of
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ class AsyncResult(ResultBase):
         try:
             record: RunRecord = self._handle().record()
         except RunNotFound:
-            return None
+            self._cache = legacy_record(self.app, self.id)  # the old Celery backend's
+            return self._cache
         if record.is_terminal:
             self._cache = record
         return record
@@ -330,6 +332,10 @@ class AsyncResult(ResultBase):
             try:
                 record = store.wait_record(client, self.id, remaining)
             except RunNotFound:
+                legacy = legacy_record(self.app, self.id)  # ended on the old Celery side
+                if legacy is not None:
+                    self._cache = legacy
+                    return legacy
                 if remaining is not None and remaining <= 0:
                     return None
                 self._wait_until_created(deadline, interval)

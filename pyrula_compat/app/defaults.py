@@ -133,6 +133,8 @@ DEFAULTS: dict[str, Any] = {
     "redis_socket_keepalive": False,
     # result
     "result_backend": None,
+    "result_backend_fallback": None,
+    "result_backend_fallback_prefix": None,
     "result_cache_max": -1,
     "result_compression": None,
     "result_exchange": "celeryresults",

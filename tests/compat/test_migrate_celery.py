@@ -210,3 +210,37 @@ def test_reserved_messages_are_adopted_only_when_asked_once_their_timeout_passed
     move.stop(worker)
     (ran,) = move.ran()
     assert ran["side"] == "pyrula" and ran["value"] == {"tag": "reserved"}
+
+
+def test_results_of_the_old_backend_are_read_for_ids_pyrula_has_no_run_for(
+    move: Move, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyrula_compat import Celery, states
+    from pyrula_compat.result import AsyncResult
+
+    monkeypatch.setenv("MIGRATE_RESULTS", "1")
+    move.publish(
+        "add.apply_async((2, 3), task_id='old-ok')\n"
+        "boom.apply_async(('x',), task_id='old-failed')\n"
+        "record.apply_async(('later',), countdown=3600, task_id='old-waiting')\n"
+    )
+    celery_worker = move.celery_worker()
+    wait_until(lambda: {r["id"] for r in move.ran()} == {"old-ok", "old-failed"}, 60, "ran")
+    wait_until(lambda: move.redis.exists(move.prefix + "celery-task-meta-old-failed"), 30,
+               "the failure stored")  # fmt: skip
+    move.stop(celery_worker)
+
+    app = Celery("new", broker=move.store)
+    app.conf.result_backend_fallback = move.old
+    app.conf.result_backend_fallback_prefix = move.prefix
+    ok = AsyncResult("old-ok", app=app)
+    assert ok.state == states.SUCCESS and ok.get(timeout=5) == 5
+    failed = AsyncResult("old-failed", app=app)
+    assert failed.state == states.FAILURE
+    with pytest.raises(ValueError, match="bad x"):
+        failed.get(timeout=5)
+    assert "ValueError" in (failed.traceback or "")
+    assert AsyncResult("old-waiting", app=app).state == states.PENDING  # not ended there
+    assert AsyncResult("never-sent", app=app).state == states.PENDING
+    no_fallback = Celery("plain", broker=move.store)
+    assert AsyncResult("old-ok", app=no_fallback).state == states.PENDING

@@ -4,6 +4,7 @@ path), else under pyrula_compat (``pyrula worker -A`` and ``pyrula migrate``).
 
 ``MIGRATE_BROKER`` is the side's broker (Celery's Redis, or pyrula's store);
 ``MIGRATE_PREFIX`` the Celery transport's key prefix (each test its own);
+``MIGRATE_RESULTS`` set gives the Celery side its Redis result backend;
 ``MIGRATE_CELERY_DELAY`` seconds every body takes under Celery (old workers that keep
 consuming while the adoption runs); every body
 appends one JSON line to ``MIGRATE_LOG`` (``O_APPEND``: one write per line, safe across
@@ -29,7 +30,12 @@ except ImportError:
 app = Celery("migrating", broker=os.environ["MIGRATE_BROKER"])
 app.conf.broker_transport_options = {"global_keyprefix": os.environ.get("MIGRATE_PREFIX", "")}
 app.conf.task_routes = {"migrating.routed": {"queue": "routed"}}
-if SIDE == "celery":
+if SIDE == "celery" and os.environ.get("MIGRATE_RESULTS"):  # the old Redis result backend
+    app.conf.result_backend = os.environ["MIGRATE_BROKER"]
+    app.conf.result_backend_transport_options = {
+        "global_keyprefix": os.environ.get("MIGRATE_PREFIX", "")
+    }
+elif SIDE == "celery":
     app.conf.result_backend = None
     app.conf.task_ignore_result = True
 
@@ -64,6 +70,12 @@ def record(self: Any, tag: str, **extra: Any) -> str:
 def routed(self: Any, tag: str) -> str:
     _log(self, "routed", tag)
     return tag
+
+
+@app.task(bind=True, name="migrating.boom")
+def boom(self: Any, what: str) -> None:
+    _log(self, "boom", what)
+    raise ValueError(f"bad {what}")
 
 
 @app.task(bind=True, name="migrating.flaky", max_retries=3)

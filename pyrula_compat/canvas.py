@@ -232,6 +232,16 @@ class Signature(dict):  # type: ignore[type-arg]
             items = self.options[key] = [items]
         items.extend(value if isinstance(value, list | tuple) else [value])
 
+    def election(self) -> Any:
+        """Celery's leader election among workers, over the broker's broadcast: pyrula
+        has no broadcast, and needs none to run a task once: raises ``NotImplementedError``
+        saying to submit it with a fixed ``task_id``."""
+        raise NotImplementedError(
+            "Signature.election() (Celery's worker election over broker broadcast) does "
+            "not exist on pyrula: to have one worker run the task once, submit it with a "
+            "fixed id, sig.apply_async(task_id=...): a store runs one task per id"
+        )
+
     def flatten_links(self) -> list[Signature]:
         """This signature and, depth first, every callback linked to it and to them."""
         found: list[Signature] = [self]

@@ -181,7 +181,7 @@ class ManagerMixin:
         if self.no_join:
             return None
         if not isinstance(r, ResultSet):
-            r = self.app.ResultSet([r])
+            r = ResultSet([r], app=self.app)
         received: list[str] = []
 
         def on_result(task_id: str, value: Any) -> None:

@@ -15,8 +15,9 @@ import copy
 from collections.abc import Callable, Iterable, MutableSequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pyrula_compat import codec
+from pyrula_compat import canvas_stamps, codec
 from pyrula_compat._state import get_current_app
+from pyrula_compat.canvas_stamps import StampingVisitor
 from pyrula_compat.exceptions import NotRegistered
 from pyrula_compat.result import AsyncResult, EagerResult
 from pyrula_compat.utils import uuid
@@ -231,6 +232,19 @@ class Signature(dict):  # type: ignore[type-arg]
         if not isinstance(items, MutableSequence):
             items = self.options[key] = [items]
         items.extend(value if isinstance(value, list | tuple) else [value])
+
+    def stamp(
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> Signature:
+        """Stamp custom headers on this signature and its links
+        (:mod:`~pyrula_compat.canvas_stamps`); returns the signature."""
+        return canvas_stamps.stamp_signature(self, visitor, append_stamps, **headers)
+
+    def stamp_links(
+        self, visitor: StampingVisitor | None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp this signature's callbacks and errbacks only."""
+        canvas_stamps.stamp_links(self, visitor, append_stamps, **headers)
 
     def election(self) -> Any:
         """Celery's leader election among workers, over the broker's broadcast: pyrula

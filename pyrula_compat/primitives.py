@@ -21,6 +21,7 @@ from pyrula_compat.canvas import (
     maybe_signature,
 )
 from pyrula_compat.canvas_links import attach, callbacks, check_arguments
+from pyrula_compat.canvas_stamps import StampingVisitor, stamp_headers, stamp_members
 from pyrula_compat.result import AsyncResult, EagerResult, GroupResult
 from pyrula_compat.utils import uuid
 
@@ -87,6 +88,15 @@ class _chain(_Tasks):
             out.append(sig)
             index += 1
         return out
+
+    def stamp(  # type: ignore[override]
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp the chain's links and every task in it."""
+        stamp_members(
+            self, self.tasks, visitor, append_stamps, "on_chain_start", "on_chain_end",
+            links_append=False, **headers,
+        )  # fmt: skip
 
     def unchain_tasks(self) -> list[Signature]:
         """Copies of the tasks, the chain's ``link`` callbacks on the last and its
@@ -206,6 +216,14 @@ class group(_Tasks):
     def __bool__(self) -> bool:
         return True
 
+    def stamp(  # type: ignore[override]
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp the group's links and every member."""
+        stamp_members(
+            self, self.tasks, visitor, append_stamps, "on_group_start", "on_group_end", **headers
+        )
+
     def skew(self, start: float = 1.0, stop: float | None = None, step: float = 1.0) -> group:
         """Spread the members out: ``countdown`` ``start``, ``start + step``, ... (held at
         ``stop`` once it is reached). Returns the group."""
@@ -305,6 +323,22 @@ class chord(Signature):
 
     def __call__(self, body: Any = None, **options: Any) -> Any:
         return self.apply_async((), {"body": body} if body is not None else {}, **options)
+
+    def stamp(  # type: ignore[override]
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp the chord's links and header tasks; the body too when a visitor says
+        what to stamp there (``on_chord_body``), as in Celery."""
+        headers = stamp_members(
+            self, self.tasks, visitor, append_stamps,
+            "on_chord_header_start", "on_chord_header_end", **headers,
+        )  # fmt: skip
+        body = self.body
+        if visitor is not None and body is not None:
+            extra = visitor.on_chord_body(self, **headers) or {}
+            body.stamp(
+                visitor, append_stamps, **stamp_headers(self, extra, append_stamps, **headers)
+            )
 
     def link(self, callback: Any) -> Any:
         """The body's callback, as in Celery."""

@@ -25,20 +25,43 @@ from __future__ import annotations
 
 from pyrula_compat.utils.dispatch.signal import Receiver, Signal
 
-before_task_publish = Signal(name="before_task_publish")
-after_task_publish = Signal(name="after_task_publish")
-task_received = Signal(name="task_received")
-task_prerun = Signal(name="task_prerun")
-task_postrun = Signal(name="task_postrun")
-task_success = Signal(name="task_success")
-task_retry = Signal(name="task_retry")
-task_failure = Signal(name="task_failure")
-task_revoked = Signal(name="task_revoked")
-task_rejected = Signal(name="task_rejected")
-task_unknown = Signal(name="task_unknown")
-task_internal_error = Signal(name="task_internal_error")
-celeryd_init = Signal(name="celeryd_init")
-celeryd_after_setup = Signal(name="celeryd_after_setup")
+before_task_publish = Signal(
+    name="before_task_publish",
+    providing_args={
+        "body",
+        "declare",
+        "exchange",
+        "headers",
+        "properties",
+        "retry_policy",
+        "routing_key",
+    },
+)
+after_task_publish = Signal(
+    name="after_task_publish", providing_args={"body", "exchange", "routing_key"}
+)
+task_received = Signal(name="task_received", providing_args={"request"})
+task_prerun = Signal(name="task_prerun", providing_args={"args", "kwargs", "task", "task_id"})
+task_postrun = Signal(
+    name="task_postrun", providing_args={"args", "kwargs", "retval", "task", "task_id"}
+)
+task_success = Signal(name="task_success", providing_args={"result", "runtime"})
+task_retry = Signal(name="task_retry", providing_args={"einfo", "reason", "request"})
+task_failure = Signal(
+    name="task_failure",
+    providing_args={"args", "einfo", "exception", "kwargs", "task_id", "traceback"},
+)
+task_revoked = Signal(
+    name="task_revoked", providing_args={"expired", "request", "signum", "terminated"}
+)
+task_rejected = Signal(name="task_rejected", providing_args={"exc", "message"})
+task_unknown = Signal(name="task_unknown", providing_args={"exc", "id", "message", "name"})
+task_internal_error = Signal(
+    name="task_internal_error",
+    providing_args={"args", "einfo", "exception", "kwargs", "request", "task_id", "traceback"},
+)
+celeryd_init = Signal(name="celeryd_init", providing_args={"conf", "instance", "options"})
+celeryd_after_setup = Signal(name="celeryd_after_setup", providing_args={"conf", "instance"})
 import_modules = Signal(name="import_modules")
 worker_init = Signal(name="worker_init")
 worker_process_init = Signal(name="worker_process_init")
@@ -48,9 +71,17 @@ worker_shutdown = Signal(name="worker_shutdown")
 worker_shutting_down = Signal(name="worker_shutting_down")
 worker_before_create_process = Signal(name="worker_before_create_process")
 heartbeat_sent = Signal(name="heartbeat_sent")
-setup_logging = Signal(name="setup_logging")
-after_setup_logger = Signal(name="after_setup_logger")
-after_setup_task_logger = Signal(name="after_setup_task_logger")
+setup_logging = Signal(
+    name="setup_logging", providing_args={"colorize", "format", "logfile", "loglevel"}
+)
+after_setup_logger = Signal(
+    name="after_setup_logger",
+    providing_args={"colorize", "format", "logfile", "logger", "loglevel"},
+)
+after_setup_task_logger = Signal(
+    name="after_setup_task_logger",
+    providing_args={"colorize", "format", "logfile", "logger", "loglevel"},
+)
 beat_init = Signal(name="beat_init")
 beat_embedded_init = Signal(name="beat_embedded_init")
 eventlet_pool_started = Signal(name="eventlet_pool_started")

@@ -24,6 +24,8 @@ def test_every_shim_signal_is_a_signal_and_the_import_paths_agree() -> None:
         if name not in ("Signal", "Receiver"):
             sig = getattr(signals, name)
             assert isinstance(sig, Signal) and sig.name == name
+    assert signals.task_prerun.providing_args == {"task_id", "task", "args", "kwargs"}
+    assert signals.task_revoked.providing_args == {"request", "terminated", "signum", "expired"}
 
 
 def test_a_custom_signal_declared_as_celery_documents_it() -> None:

@@ -56,6 +56,20 @@ def probe(pkg: str) -> dict[str, Any]:
         "subtract": str(t.subtract_datetimes(start, datetime(2024, 5, 1, 9))),
         "remaining": str(t.remaining(start, timedelta(seconds=90), now=start)),
         "remaining_past": str(t.remaining(start, timedelta(seconds=30), now=start + timedelta(60))),
+        "remaining_relative": [
+            str(
+                t.remaining(
+                    start + timedelta(seconds=s), timedelta(seconds=e), now=start + n, relative=True
+                )
+            )
+            for s, e, n in [
+                (30, 60, timedelta(seconds=40)),
+                (30, 3600, timedelta(minutes=5)),
+                (30, 86400, timedelta(minutes=5)),
+                (0, 300, timedelta(minutes=1)),
+                (3599, 60, timedelta(seconds=3599)),
+            ]
+        ],
         "iso": [
             str(t.maybe_iso8601(s))
             for s in ["2024-01-02T03:04:05Z", "2024-01-02T03:04:05.123456+02:00", None]

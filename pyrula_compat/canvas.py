@@ -392,6 +392,7 @@ def _iterable(value: Any) -> bool:
 
 __all__ = [
     "Signature",
+    "StampingVisitor",
     "chain",
     "chord",
     "chunks",

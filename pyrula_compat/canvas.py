@@ -12,11 +12,12 @@ polling task, and nothing to hang on.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, MutableSequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pyrula_compat import codec
+from pyrula_compat import canvas_stamps, codec
 from pyrula_compat._state import get_current_app
+from pyrula_compat.canvas_stamps import StampingVisitor
 from pyrula_compat.exceptions import NotRegistered
 from pyrula_compat.result import AsyncResult, EagerResult
 from pyrula_compat.utils import uuid
@@ -24,6 +25,9 @@ from pyrula_compat.utils import uuid
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
     from pyrula_compat.app.task import Task
+
+_S = TypeVar("_S", bound="Signature")
+_Result = AsyncResult  # in Signature's body, ``AsyncResult`` names its property
 
 CHAIN, GROUP, CHORD = "chain", "group", "chord"
 GENERATED_ID = "pyrula_generated_id"
@@ -36,6 +40,20 @@ An id the caller set (``task_id=``, ``.set(task_id=...)``) is still the key."""
 
 class Signature(dict):  # type: ignore[type-arg]
     """A task call to make later: name, args, kwargs and options. A JSON-able dict."""
+
+    TYPES: dict[str, type[Signature]] = {}
+    """The signature classes by ``subtask_type``, which :meth:`from_dict` rebuilds."""
+
+    @classmethod
+    def register_type(cls, name: str | None = None) -> Callable[[type[_S]], type[_S]]:
+        """A class decorator: ``from_dict`` rebuilds a dict whose ``subtask_type`` is
+        ``name`` (default: the class's name) as that class."""
+
+        def register(subclass: type[_S]) -> type[_S]:
+            cls.TYPES[name or subclass.__name__] = subclass
+            return subclass
+
+        return register
 
     def __init__(
         self,
@@ -126,6 +144,22 @@ class Signature(dict):  # type: ignore[type-arg]
         return self.options.get("task_id")
 
     @property
+    def parent_id(self) -> str | None:
+        return self.options.get("parent_id")
+
+    @property
+    def root_id(self) -> str | None:
+        return self.options.get("root_id")
+
+    @property
+    def AsyncResult(self) -> Any:
+        """The task's ``AsyncResult`` (its own class, for a task that has one)."""
+        try:
+            return self.type.AsyncResult
+        except NotRegistered:
+            return AsyncResult
+
+    @property
     def type(self) -> Task:
         if self._type is None:
             try:
@@ -135,8 +169,12 @@ class Signature(dict):  # type: ignore[type-arg]
         return self._type
 
     def __repr__(self) -> str:
-        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
-        return f"{self.task}({', '.join(parts)})"
+        return _reprcall(self.task, self.args, self.kwargs)
+
+    def reprcall(self, *args: Any, **kwargs: Any) -> str:
+        """How the call would read with ``args``/``kwargs`` merged in (as partial
+        arguments, even when immutable): ``add.s(2).reprcall(3)`` is ``'add(3, 2)'``."""
+        return _reprcall(self.task, tuple(args) + self.args, {**self.kwargs, **kwargs})
 
     # -- building ------------------------------------------------------------------------
     def clone(self, args: Any = None, kwargs: Any = None, **opts: Any) -> Signature:
@@ -168,6 +206,65 @@ class Signature(dict):  # type: ignore[type-arg]
     def set_immutable(self, immutable: bool) -> None:
         self["immutable"] = immutable
 
+    def replace(self, args: Any = None, kwargs: Any = None, options: Any = None) -> Signature:
+        """A copy with ``args``, ``kwargs`` or ``options`` replaced (those not ``None``)."""
+        new = self.clone()
+        if args is not None:
+            new.args = args
+        if kwargs is not None:
+            new.kwargs = kwargs
+        if options is not None:
+            new["options"] = dict(options)
+        return new
+
+    def append_to_list_option(self, key: str, value: Any) -> Any:
+        """Add ``value`` to the list option ``key`` unless it is there; return it."""
+        items = self.options.setdefault(key, [])
+        if not isinstance(items, MutableSequence):
+            items = self.options[key] = [items]
+        if value not in items:
+            items.append(value)
+        return value
+
+    def extend_list_option(self, key: str, value: Any) -> None:
+        """Extend the list option ``key`` with ``value`` (one item or several)."""
+        items = self.options.setdefault(key, [])
+        if not isinstance(items, MutableSequence):
+            items = self.options[key] = [items]
+        items.extend(value if isinstance(value, list | tuple) else [value])
+
+    def stamp(
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> Signature:
+        """Stamp custom headers on this signature and its links
+        (:mod:`~pyrula_compat.canvas_stamps`); returns the signature."""
+        return canvas_stamps.stamp_signature(self, visitor, append_stamps, **headers)
+
+    def stamp_links(
+        self, visitor: StampingVisitor | None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp this signature's callbacks and errbacks only."""
+        canvas_stamps.stamp_links(self, visitor, append_stamps, **headers)
+
+    def election(self) -> Any:
+        """Celery's leader election among workers, over the broker's broadcast: pyrula
+        has no broadcast, and needs none to run a task once: raises ``NotImplementedError``
+        saying to submit it with a fixed ``task_id``."""
+        raise NotImplementedError(
+            "Signature.election() (Celery's worker election over broker broadcast) does "
+            "not exist on pyrula: to have one worker run the task once, submit it with a "
+            "fixed id, sig.apply_async(task_id=...): a store runs one task per id"
+        )
+
+    def flatten_links(self) -> list[Signature]:
+        """This signature and, depth first, every callback linked to it and to them."""
+        found: list[Signature] = [self]
+        for link in _as_list(self.options.get("link")):
+            sig = maybe_signature(link, app=self._app)
+            if sig is not None:
+                found.extend(sig.flatten_links())
+        return found
+
     def link(self, callback: Any) -> Any:
         self.options.setdefault("link", []).append(callback)
         return callback
@@ -182,7 +279,7 @@ class Signature(dict):  # type: ignore[type-arg]
         self.link_error(errback)
         return self
 
-    def freeze(self, _id: str | None = None, **kwargs: Any) -> AsyncResult:
+    def freeze(self, _id: str | None = None, **kwargs: Any) -> _Result:
         """Fix the task id now (idempotent) and return its result."""
         task_id = self.options.get("task_id") or _id
         if not task_id:
@@ -198,12 +295,9 @@ class Signature(dict):  # type: ignore[type-arg]
     @classmethod
     def from_dict(cls, d: dict[str, Any], app: Celery | None = None) -> Signature:
         kind = d.get("subtask_type")
-        if kind == CHAIN:
-            return _chain.from_dict(d, app)
-        if kind == GROUP:
-            return group.from_dict(d, app)
-        if kind == CHORD:
-            return chord.from_dict(d, app)
+        maker_of_kind = cls.TYPES.get(kind) if kind else None
+        if maker_of_kind is not None and maker_of_kind is not cls:
+            return maker_of_kind.from_dict(d, app)
         maker = _BY_TASK.get(d.get("task") or "")
         if maker is not None and not kind:
             made: Signature = maker.from_dict(d, app)
@@ -281,12 +375,24 @@ def signature(varies: Any, *args: Any, **kwargs: Any) -> Signature:
 subtask = signature
 
 
+def _reprcall(name: str, args: Iterable[Any], kwargs: dict[str, Any]) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
 def _iterable(value: Any) -> bool:
     return isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict))
 
 
 __all__ = [
     "Signature",
+    "StampingVisitor",
     "chain",
     "chord",
     "chunks",

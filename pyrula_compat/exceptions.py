@@ -7,14 +7,28 @@ traceback text; ``AsyncResult.get()`` re-raises it as its own class when that im
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from types import TracebackType
+from typing import Any, NoReturn
+
+import click
 
 from pyrula.workflows import ConfigurationError
 
 __all__ = [
+    "AlreadyRegistered",
     "AlwaysEagerIgnored",
+    "BackendError",
+    "BackendGetMetaError",
+    "BackendStoreError",
+    "CDeprecationWarning",
+    "CPendingDeprecationWarning",
+    "CeleryCommandException",
     "CeleryError",
+    "CeleryWarning",
     "ChordError",
+    "DuplicateNodenameWarning",
+    "DuplicateTaskNameWarning",
+    "FixupWarning",
     "Ignore",
     "ImproperlyConfigured",
     "IncompleteStream",
@@ -26,13 +40,19 @@ __all__ = [
     "QueueNotFound",
     "Reject",
     "Retry",
+    "SecurityError",
+    "SecurityWarning",
     "SoftTimeLimitExceeded",
     "TaskError",
     "TaskPredicate",
     "TaskRevokedError",
+    "Terminated",
     "TimeLimitExceeded",
     "TimeoutError",
     "WorkerLostError",
+    "WorkerShutdown",
+    "WorkerTerminate",
+    "reraise",
 ]
 
 
@@ -142,12 +162,49 @@ class ImproperlyConfigured(CeleryError, ConfigurationError):
     pyrula's command line reports as a usage error)."""
 
 
-class NotConfigured(UserWarning):
+class CeleryWarning(UserWarning):
+    """The base class of Celery's warnings."""
+
+
+class DuplicateNodenameWarning(CeleryWarning):
+    """Two workers run with the same node name."""
+
+
+class DuplicateTaskNameWarning(CeleryWarning):
+    """Two callables are registered under one task name."""
+
+
+class FixupWarning(CeleryWarning):
+    """A framework fix-up (Django's) could not apply."""
+
+
+class SecurityWarning(CeleryWarning):
+    """A setting weakens security."""
+
+
+class CPendingDeprecationWarning(PendingDeprecationWarning):
+    """A feature that will be deprecated."""
+
+
+class CDeprecationWarning(DeprecationWarning):
+    """A deprecated feature."""
+
+
+class NotConfigured(CeleryWarning):
     """A setting is missing; the default applies."""
 
 
-class AlwaysEagerIgnored(UserWarning):
+class AlwaysEagerIgnored(CeleryWarning):
     """An option that has no meaning in eager mode was given."""
+
+
+class SecurityError(CeleryError):
+    """A security check failed (Celery's message signing; pyrula signs nothing, so
+    only code of your own raises it)."""
+
+
+class AlreadyRegistered(TaskError):
+    """A task name is registered already."""
 
 
 class QueueNotFound(KeyError, TaskError):
@@ -177,3 +234,57 @@ class Terminated(Exception):
 class OperationalError(Exception):
     """The store could not be reached (kombu's ``OperationalError``, which
     ``celery.exceptions`` re-exports; pyrula raises its own ``StoreUnavailable``)."""
+
+
+class WorkerTerminate(SystemExit):
+    """Raised in a worker to stop it at once (as ``SIGQUIT`` does)."""
+
+
+SystemTerminate = WorkerTerminate
+
+
+class WorkerShutdown(SystemExit):
+    """Raised in a worker to stop it warmly: running tasks finish first."""
+
+
+class BackendError(Exception):
+    """Reading or writing a result failed."""
+
+
+class BackendGetMetaError(BackendError):
+    """Reading a task's result failed; ``task_id`` names the task."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args)
+        self.task_id: str = kwargs.get("task_id", "")
+
+    def __repr__(self) -> str:
+        return super().__repr__() + " task_id:" + self.task_id
+
+
+class BackendStoreError(BackendError):
+    """Writing a task's result failed; ``state`` and ``task_id`` say which."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args)
+        self.state: str = kwargs.get("state", "")
+        self.task_id: str = kwargs.get("task_id", "")
+
+    def __repr__(self) -> str:
+        return super().__repr__() + " state:" + self.state + " task_id:" + self.task_id
+
+
+class CeleryCommandException(click.ClickException):
+    """A command-line error with its exit code (``exit_code``)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message=message)
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it a ClassVar
+
+
+def reraise(tp: Any, value: BaseException, tb: TracebackType | None = None) -> NoReturn:
+    """Raise ``value`` again, with traceback ``tb`` when given (``tp`` is unused, as in
+    Celery)."""
+    if value.__traceback__ is not tb:
+        raise value.with_traceback(tb)
+    raise value

@@ -16,10 +16,12 @@ from pyrula_compat.canvas import (
     GENERATED_ID,
     GROUP,
     Signature,
+    _as_list,
     _iterable,
     maybe_signature,
 )
 from pyrula_compat.canvas_links import attach, callbacks, check_arguments
+from pyrula_compat.canvas_stamps import StampingVisitor, stamp_headers, stamp_members
 from pyrula_compat.result import AsyncResult, EagerResult, GroupResult
 from pyrula_compat.utils import uuid
 
@@ -42,6 +44,7 @@ class _Tasks(Signature):
         return made
 
 
+@Signature.register_type(name="chain")
 class _chain(_Tasks):
     """``chain(a.s(), b.s(), c.s())`` or ``a.s() | b.s() | c.s()``."""
 
@@ -85,6 +88,27 @@ class _chain(_Tasks):
             out.append(sig)
             index += 1
         return out
+
+    def stamp(  # type: ignore[override]
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp the chain's links and every task in it."""
+        stamp_members(
+            self, self.tasks, visitor, append_stamps, "on_chain_start", "on_chain_end",
+            links_append=False, **headers,
+        )  # fmt: skip
+
+    def unchain_tasks(self) -> list[Signature]:
+        """Copies of the tasks, the chain's ``link`` callbacks on the last and its
+        ``link_error`` errbacks on each, as Celery's."""
+        tasks = [t.clone() for t in self.tasks]
+        if tasks:
+            for sig in _as_list(self.options.get("link")):
+                tasks[-1].link(sig)
+            for sig in _as_list(self.options.get("link_error")):
+                for task in tasks:
+                    task.link_error(sig)
+        return tasks
 
     def freeze(self, _id: str | None = None, **kwargs: Any) -> Any:
         """Fix the ids of :meth:`steps` and keep the chain in that form (a group then a
@@ -165,6 +189,7 @@ def _freeze_steps(steps: list[Signature], last_id: str | None) -> list[Any]:
     return results
 
 
+@Signature.register_type()
 class group(_Tasks):
     """Run signatures in parallel; ``get()`` gives their results in order."""
 
@@ -190,6 +215,24 @@ class group(_Tasks):
 
     def __bool__(self) -> bool:
         return True
+
+    def stamp(  # type: ignore[override]
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp the group's links and every member."""
+        stamp_members(
+            self, self.tasks, visitor, append_stamps, "on_group_start", "on_group_end", **headers
+        )
+
+    def skew(self, start: float = 1.0, stop: float | None = None, step: float = 1.0) -> group:
+        """Spread the members out: ``countdown`` ``start``, ``start + step``, ... (held at
+        ``stop`` once it is reached). Returns the group."""
+        countdown = start
+        for task in self.tasks:
+            task.set(countdown=countdown)
+            if stop is None or countdown + step <= stop:
+                countdown += step
+        return self
 
     def link(self, callback: Any) -> Any:
         """As in Celery: the first member's callback, made immutable (that member's
@@ -245,6 +288,7 @@ class group(_Tasks):
         return GroupResult(group_id, [t.apply(args, kwargs, **options) for t in self.tasks])
 
 
+@Signature.register_type()
 class chord(Signature):
     """``chord(header, body)``: the body runs with the header's results, in order."""
 
@@ -279,6 +323,22 @@ class chord(Signature):
 
     def __call__(self, body: Any = None, **options: Any) -> Any:
         return self.apply_async((), {"body": body} if body is not None else {}, **options)
+
+    def stamp(  # type: ignore[override]
+        self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any
+    ) -> None:
+        """Stamp the chord's links and header tasks; the body too when a visitor says
+        what to stamp there (``on_chord_body``), as in Celery."""
+        headers = stamp_members(
+            self, self.tasks, visitor, append_stamps,
+            "on_chord_header_start", "on_chord_header_end", **headers,
+        )  # fmt: skip
+        body = self.body
+        if visitor is not None and body is not None:
+            extra = visitor.on_chord_body(self, **headers) or {}
+            body.stamp(
+                visitor, append_stamps, **stamp_headers(self, extra, append_stamps, **headers)
+            )
 
     def link(self, callback: Any) -> Any:
         """The body's callback, as in Celery."""
@@ -356,6 +416,7 @@ class chord(Signature):
 chain = _chain
 
 
+@Signature.register_type()
 class chunks(Signature):
     """``add.chunks(zip(xs, ys), 10)``: the argument tuples in chunks of ``n``, each
     chunk one ``celery.starmap`` task (:class:`xstarmap`). Calling it runs
@@ -442,12 +503,14 @@ class _basemap(Signature):
         return f"[{kw['task']}({self._star}x) for x in {_truncated(kw['it'])}]"
 
 
+@Signature.register_type()
 class xmap(_basemap):
     """``add.map(xs)``: one ``celery.map`` task returning ``[add(x) for x in xs]``."""
 
     _task_name = "celery.map"
 
 
+@Signature.register_type()
 class xstarmap(_basemap):
     """``add.starmap(pairs)``: one ``celery.starmap`` task returning
     ``[add(*x) for x in pairs]``."""

@@ -41,7 +41,8 @@ def _number(token: str, names: dict[str, int]) -> int:
 
 
 def parse_field(value: Any, low: int, high: int, names: dict[str, int] | None = None) -> set[int]:
-    """Celery's crontab_parser: the set of ints a field stands for."""
+    """The set of ints a crontab field stands for (:class:`crontab_parser` is Celery's
+    class around it)."""
     names = names or {}
     if isinstance(value, bool):
         raise ParseException(f"invalid crontab value {value!r}")
@@ -93,6 +94,25 @@ def _parse_part(part: str, low: int, high: int, names: dict[str, int]) -> set[in
             raise ValueError(f"Invalid end range: {end} > {high}.")
         span = list(range(start, end + 1))
     return set(span[::step])
+
+
+class crontab_parser:
+    """Celery's field parser: ``crontab_parser(60).parse("*/15")`` is
+    ``{0, 15, 30, 45}``; values run from ``min_`` to ``max_ - 1`` (hours
+    ``crontab_parser(24)``, days of the month ``crontab_parser(31, 1)``, months
+    ``crontab_parser(12, 1)``, days of the week ``crontab_parser(7)``); day and month
+    names (``"mon-fri"``, ``"jan"``) read as their numbers."""
+
+    ParseException = ParseException
+
+    def __init__(self, max_: int = 60, min_: int = 0) -> None:
+        self.max_ = max_
+        self.min_ = min_
+
+    def parse(self, spec: str) -> set[int]:
+        """The set of numbers ``spec`` stands for; ``ParseException`` (or
+        ``ValueError`` for a value out of range) if it cannot be read."""
+        return parse_field(spec, self.min_, self.max_ - 1, {**WEEKDAYS, **MONTHS})
 
 
 class BaseSchedule:
@@ -253,4 +273,12 @@ def maybe_schedule(value: Any, relative: bool = False, app: Any = None) -> Any:
     return value
 
 
-__all__ = ["BaseSchedule", "ParseException", "crontab", "maybe_schedule", "schedule", "solar"]
+__all__ = [
+    "BaseSchedule",
+    "ParseException",
+    "crontab",
+    "crontab_parser",
+    "maybe_schedule",
+    "schedule",
+    "solar",
+]

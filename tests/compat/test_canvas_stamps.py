@@ -1,0 +1,67 @@
+"""Stamping (``Signature.stamp``, ``StampingVisitor``): the stamps a signature, its
+links, a chain, a group and a chord get, and the visitor's calls, are Celery 5.7's
+(``stamps_probe.py`` runs under both)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrula_compat import Celery
+from pyrula_compat.canvas import StampingVisitor
+from tests.compat.stamps_probe import probe
+
+HERE = Path(__file__).resolve().parent
+CELERY = Path(os.environ.get("CELERY57_PATH", "/work/ref/celery57"))
+
+
+@pytest.mark.skipif(not (CELERY / "celery").is_dir(), reason="no Celery 5.7 source to compare")
+def test_stamps_are_celerys() -> None:
+    out = subprocess.run(
+        [sys.executable, str(HERE / "stamps_probe.py"), "celery"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(CELERY)},
+        timeout=120, check=False, cwd="/",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    theirs = json.loads(out.stdout)
+    ours = json.loads(json.dumps(probe("pyrula_compat"), sort_keys=True, default=str))
+    assert {k: (v, ours.get(k)) for k, v in theirs.items() if ours.get(k) != v} == {}
+
+
+def test_stamps_stated() -> None:
+    app = Celery("stamps", broker="memory://", set_as_current=False)
+    app.conf.task_always_eager = True
+
+    @app.task(name="st.echo")
+    def echo(x: int) -> int:
+        return x
+
+    sig = echo.s(1)
+    assert sig.stamp(team="a") is sig
+    assert sig.options == {"team": "a", "stamped_headers": ["team"]}
+    sig.stamp(append_stamps=True, team="b")
+    assert sig.options["team"] == ["b", "a"]  # the new stamp first, as on Celery
+    assert sig.apply_async().get() == 1  # a stamped signature still runs
+
+
+def test_a_visitor_must_say_what_to_stamp_on_a_signature() -> None:
+    class Empty(StampingVisitor):
+        pass
+
+    with pytest.raises(TypeError, match="on_signature"):
+        Empty()  # type: ignore[abstract]
+
+    class Tags(StampingVisitor):
+        def on_signature(self, sig: Any, **headers: Any) -> dict[str, Any]:
+            return {"tag": sig.name}
+
+    app = Celery("stamps", broker="memory://", set_as_current=False)
+    sig = app.signature("st.any")
+    sig.stamp(Tags())
+    assert sig.options == {"tag": "st.any", "stamped_headers": ["tag"]}

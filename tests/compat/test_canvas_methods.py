@@ -17,16 +17,15 @@ from pyrula_compat import Celery, chain, group
 from pyrula_compat.canvas import Signature
 from pyrula_compat.contrib.abortable import AbortableAsyncResult, AbortableTask
 from tests.compat.canvas_probe import probe
+from tests.compat.real_celery import celery_dir
 
 HERE = Path(__file__).resolve().parent
-CELERY = Path(os.environ.get("CELERY57_PATH", "/work/ref/celery57"))
 
 
-@pytest.mark.skipif(not (CELERY / "celery").is_dir(), reason="no Celery 5.7 source to compare")
 def test_the_methods_give_what_celerys_give() -> None:
     out = subprocess.run(
         [sys.executable, str(HERE / "canvas_probe.py"), "celery"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(CELERY)},
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(celery_dir())},
         timeout=120, check=False, cwd="/",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -15,17 +15,16 @@ import pytest
 
 from pyrula_compat import Celery
 from pyrula_compat.canvas import StampingVisitor
+from tests.compat.real_celery import celery_dir
 from tests.compat.stamps_probe import probe
 
 HERE = Path(__file__).resolve().parent
-CELERY = Path(os.environ.get("CELERY57_PATH", "/work/ref/celery57"))
 
 
-@pytest.mark.skipif(not (CELERY / "celery").is_dir(), reason="no Celery 5.7 source to compare")
 def test_stamps_are_celerys() -> None:
     out = subprocess.run(
         [sys.executable, str(HERE / "stamps_probe.py"), "celery"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(CELERY)},
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(celery_dir())},
         timeout=120, check=False, cwd="/",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -17,15 +17,14 @@ import pytest
 from pyrula_compat.utils import functional, imports
 from pyrula_compat.utils import time as ctime
 from tests.compat.helpers_probe import probe
+from tests.compat.real_celery import celery_dir
 
 HERE = Path(__file__).resolve().parent
-CELERY = Path(os.environ.get("CELERY57_PATH", "/work/ref/celery57"))
 
 
-@pytest.mark.skipif(not (CELERY / "celery").is_dir(), reason="no Celery 5.7 source to compare")
 def test_the_helpers_answer_as_celerys_do() -> None:
     # Celery runs in its own interpreter: it is never importable in the project's venv
-    env = {**os.environ, "PYTHONPATH": str(CELERY), "TZ": "UTC"}
+    env = {**os.environ, "PYTHONPATH": str(celery_dir()), "TZ": "UTC"}
     out = subprocess.run(
         [sys.executable, str(HERE / "helpers_probe.py"), "celery"],
         capture_output=True, text=True, env=env, timeout=120, check=False, cwd="/",

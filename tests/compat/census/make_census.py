@@ -3,7 +3,8 @@
 Test tooling only: it imports a real Celery, which is never installed in the project's
 venv, so run it with Celery on the path of a separate interpreter::
 
-    PYTHONPATH=/work/ref/celery57 python3 tests/compat/census/make_census.py
+    python3 -m pip install --target DIR "celery==5.7.0"
+    PYTHONPATH=DIR python3 tests/compat/census/make_census.py
 
 (``--check`` compares instead of writing, and fails when the file is stale).
 

@@ -17,7 +17,7 @@ from typing import Any
 import valkey
 
 from tests.compat.conftest import REPO_ROOT, pyrula_command, wait_until
-from tests.compat.migrating.celery57 import celery_dir
+from tests.compat.real_celery import celery_dir
 
 APP = "tests.compat.migrating.tasks"
 

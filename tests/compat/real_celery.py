@@ -1,8 +1,8 @@
 """Real Celery 5.7 (with django-celery-beat and celery-redbeat, which need it) for the
-migration tests: installed once per machine with ``pip
-install --target`` into a directory of its own, never into the project's venv (there,
-``import celery`` must fail: the shim's opt-in alias checks it). Processes that play the
-old deployment get it on ``PYTHONPATH``.
+tests that compare the drop-in with Celery or play a Celery deployment: installed once per
+machine with ``pip install --target`` into a directory of its own, never into the
+project's venv (there, ``import celery`` must fail: the shim's opt-in alias checks it).
+Processes that run Celery get it on ``PYTHONPATH``.
 
 ``PYRULA_TEST_CELERY_DIR`` names a directory that holds it already.
 """

@@ -1,0 +1,1 @@
+"""A Django project whose tasks use Django's task framework, with pyrula as its backend."""

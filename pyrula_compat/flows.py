@@ -36,6 +36,7 @@ from pyrula.workflows import (
     StepContext,
     WorkflowContext,
     WorkflowDefinition,
+    log_context,
     workflow,
 )
 from pyrula.workflows.engine.control import CancelRequested, LeaseGone
@@ -80,6 +81,8 @@ def _attempt_step(
     if retries and _expired(step_ctx, app, meta):  # a retry carries the task's expiry
         meta["_expired"] = True
         return {"kind": "expired"}
+    # In the step's own copy of the context: what the attempt logs names the task.
+    log_context.bind(task=name, task_id=step_ctx.run_id)
     task = app.tasks[name]
     chain = meta.get("chain")
     headers = {k: v for k, v in meta["_headers"].items() if k not in NOT_CUSTOM}

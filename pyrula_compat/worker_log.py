@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pyrula.workflows import log_context
 from pyrula_compat.app.task import Context, Task
 from pyrula_compat.exceptions import Reject
 from pyrula_compat.execution import Attempt
@@ -72,6 +73,7 @@ def ended(task: Task, request: Context, attempt: Attempt, runtime: float) -> Non
         traceback=attempt.einfo.traceback if attempt.einfo is not None else "",
     )  # fmt: skip
     exc_info = (type(exc), exc, exc.__traceback__)
+    log_context.mark_logged(exc)  # the engine's line for the run's failure stays short
     if isinstance(exc, Reject):
         _log(logging.WARNING, LOG_REJECTED, {**context, "description": "rejected"}, exc_info)
     elif isinstance(exc, tuple(task.throws or ())):

@@ -57,7 +57,9 @@ def test_a_failed_attempt_is_a_failed_step_carrying_the_exception(app: Any, tmp_
     info = ErrorInfo.from_json(attempt.value)
     assert (info.type_module, info.type_name) == ("builtins", "ValueError")
     assert "not fixed yet" in info.message
-    assert "in until_fixed" in info.traceback and 'raise ValueError(f"not fixed yet' in info.traceback
+    assert (
+        "in until_fixed" in info.traceback and 'raise ValueError(f"not fixed yet' in info.traceback
+    )
     assert result.traceback is not None and "in until_fixed" in result.traceback
 
 

@@ -60,7 +60,9 @@ def test_a_succeeding_a_retried_and_a_failing_task_log_as_in_celery(
     assert "pyrula worker" in worker.stdout  # the banner is not redirected
     log = _stopped_log(worker)
 
-    assert re.search(rf"{STAMP}INFO/MainProcess\] Task logproj.add\[{added.id}\] received$", log, re.M)
+    assert re.search(
+        rf"{STAMP}INFO/MainProcess\] Task logproj.add\[{added.id}\] received$", log, re.M
+    )
     assert re.search(
         rf"INFO/MainProcess\] Task logproj.add\[{added.id}\] succeeded in \d+\.\d+(e-\d+)?s: 5$",
         log, re.M,
@@ -78,9 +80,9 @@ def test_a_succeeding_a_retried_and_a_failing_task_log_as_in_celery(
     assert "in divide" in failure.group(0) and "return x / y" in failure.group(0)
     assert log.count("Traceback (most recent call last)") == 1  # not again for the run
     # the task logger's format names the task; print() goes to the log at WARNING
-    assert re.search(
-        rf"INFO/MainProcess\] logproj.chatty\[{chatty.id}\]: saying hi$", log, re.M
-    ), log
+    assert re.search(rf"INFO/MainProcess\] logproj.chatty\[{chatty.id}\]: saying hi$", log, re.M), (
+        log
+    )
     assert re.search(rf"{STAMP}WARNING/MainProcess\] printed hi$", log, re.M), log
     assert "printed hi" not in worker.stdout
 

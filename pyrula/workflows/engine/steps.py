@@ -199,6 +199,7 @@ async def _execute_step(
             type(value).__name__,
             value,
             delay,
+            extra={"step": name, "attempt": attempt},
         )
         if delay >= execution.durable_backoff_after:
             wake = await execution.store_now() + delay

@@ -48,3 +48,11 @@ def retry_once_then_until_fixed(self: Task, path: str) -> str:
     if not fixed.exists():
         raise ValueError(f"not fixed yet: {path}")
     return fixed.read_text()
+
+
+@app.task(name="retryproj.big_retry", bind=True, max_retries=1)
+def big_retry(self: Task, value: str, size: int) -> int:
+    """Retries once with a ``size``-character argument, then returns its length."""
+    if self.request.retries == 0:
+        raise self.retry(args=["x" * size, size], countdown=0)
+    return len(value)

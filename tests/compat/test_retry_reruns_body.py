@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from pyrula.workflows import RunStatus
-from pyrula.workflows.serialization import ErrorInfo
+from pyrula.workflows.records import JournalEntry, NewRun
+from pyrula.workflows.serialization import MAX_ERROR_ARGS_BYTES, ErrorInfo
 from pyrula_compat.contrib.testing.worker import start_worker
 from tests.compat.conftest import HERE, REPO_ROOT, Workers, pyrula_command
 
@@ -149,3 +150,48 @@ def test_pyrula_runs_retry_on_the_command_line_reruns_the_body_on_a_worker_proce
         workers.kill_all()
         retryproj.app.conf.broker_url = previous
     assert sys.modules["retryproj"] is retryproj
+
+
+def test_a_retry_decision_too_large_for_the_exception_is_journaled_as_a_value(
+    app: Any, tmp_path: Path
+) -> None:
+    big = "x" * (MAX_ERROR_ARGS_BYTES + 100)  # more than an exception's args keep
+    result = app.tasks["retryproj.big_retry"].delay("small", len(big))
+    assert result.get(timeout=T) == len(big)
+    first = _journal(app, result.id)[0]
+    assert (first.name, first.ok) == ("attempt-0", True)
+    assert json.loads(first.value)["kind"] == "retry"
+
+
+def test_an_attempt_journaled_as_an_error_value_still_replays_as_that_failure(
+    tmp_path: Path,
+) -> None:
+    """Journals written before failed attempts were failed steps: the replay raises the
+    recorded error, runs no body, and the run fails with it."""
+    from pyrula_compat import Celery
+
+    old = Celery("oldjournal", broker=f"sqlite:///{tmp_path / 'old.db'}", set_as_current=False)
+    ran: list[int] = []
+
+    @old.task(name="oldjournal.task")
+    def task(n: int) -> int:
+        ran.append(n)
+        return n
+
+    error = ErrorInfo.from_exception(KeyError("recorded")).to_json()
+    client = old.client()
+    store = client.store
+    params = json.dumps({"args": [1], "kwargs": {}})
+    client._call(
+        store.create_run(NewRun(run_id="old-1", workflow="oldjournal.task", params=params))
+    )
+    [lease] = client._call(store.claim_runs("test", ["oldjournal.task"], 1, 30.0))
+    entry = JournalEntry(
+        run_id="old-1", position=0, kind="step", name="attempt-0", ok=True,
+        value=json.dumps({"kind": "error", "error": error}),
+    )  # fmt: skip
+    client._call(store.append_journal(lease.token, entry))
+    client._call(store.release_run("old-1", lease.token))
+    with start_worker(old), pytest.raises(KeyError, match="recorded"):
+        old.AsyncResult("old-1").get(timeout=T)
+    assert ran == []

@@ -136,3 +136,14 @@ def test_a_celery_apps_json_lines_carry_the_task_name_and_id(tmp_path: Path) -> 
     [error] = [r for r in records if r["level"] == "ERROR"]
     assert error["task_id"] == failed.id and error["exc_type"] == "ZeroDivisionError"
     assert "return x / y" in error["exc_info"]
+
+
+def test_the_json_logs_example_runs_and_checks_its_lines() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "json_logs.py")],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("json logs: ok")
+    assert '"step": "charge", "attempt": 2' in done.stdout

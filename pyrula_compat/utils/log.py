@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 task_logger = logging.getLogger("celery.task")
@@ -38,6 +39,36 @@ def _child(name: str) -> logging.Logger:
     # Celery re-parents task loggers under celery.task so its handlers apply.
     logger.parent = task_logger
     return logger
+
+
+_in_sighandler = False
+
+
+def set_in_sighandler(value: bool) -> None:
+    """Say whether this process is inside a signal handler (logging is not safe there:
+    a :class:`LoggingProxy` then writes straight to ``sys.__stderr__``)."""
+    global _in_sighandler
+    _in_sighandler = value
+
+
+@contextmanager
+def in_sighandler() -> Iterator[None]:
+    """:func:`set_in_sighandler` for the block."""
+    set_in_sighandler(True)
+    try:
+        yield
+    finally:
+        set_in_sighandler(False)
+
+
+def get_multiprocessing_logger() -> logging.Logger | None:
+    """Celery's is billiard's logger; pyrula has no billiard pool: None, as Celery
+    returns without billiard."""
+    return None
+
+
+def reset_multiprocessing_logger() -> None:
+    """Nothing to reset without billiard (as in Celery without it)."""
 
 
 def mlevel(level: Any) -> Any:
@@ -87,6 +118,9 @@ class LoggingProxy:
         self.loglevel = mlevel(loglevel or self.logger.level or self.loglevel)
 
     def write(self, data: str) -> int:
+        if _in_sighandler:
+            print(data, file=sys.__stderr__)
+            return len(data)
         if getattr(self._thread, "recurse_protection", False):
             return 0  # the logger writes back to this proxy: stop there
         if data and not self.closed:
@@ -127,8 +161,12 @@ __all__ = [
     "LoggingProxy",
     "base_logger",
     "get_logger",
+    "get_multiprocessing_logger",
     "get_task_logger",
+    "in_sighandler",
     "mlevel",
+    "reset_multiprocessing_logger",
+    "set_in_sighandler",
     "task_logger",
     "worker_logger",
 ]

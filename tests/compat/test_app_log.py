@@ -166,3 +166,23 @@ def test_a_formatter_instance_replaces_every_format(app: Celery) -> None:
     get_task_logger("logapp.b").warning("task")
     assert stream.getvalue().splitlines() == ["ONE root", "ONE task"]
     assert isinstance(TaskFormatter("%(message)s"), logging.Formatter)
+
+
+def test_a_proxy_inside_a_signal_handler_writes_to_the_real_stderr(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from pyrula_compat.utils.log import in_sighandler
+
+    stream = io.StringIO()
+    logger = logging.getLogger("logapp.proxy")
+    logger.addHandler(logging.StreamHandler(stream))
+    logger.propagate = False
+    proxy = LoggingProxy(logger, "warning")
+    try:
+        with in_sighandler():
+            proxy.write("in a handler")
+        proxy.write("outside")
+    finally:
+        logger.handlers, logger.propagate = [], True
+    assert stream.getvalue() == "outside\n"
+    assert "in a handler" in capfd.readouterr().err

@@ -110,7 +110,6 @@ def test_task_loggers_format_with_the_running_tasks_name_and_id(app: Celery) -> 
     app.conf.worker_task_log_format = "%(task_name)s[%(task_id)s] %(levelname)s: %(message)s"
     app.log.setup("info", stream)
     logger = get_task_logger("logapp.tasks")
-    seen: list[str] = []
 
     @app.task(name="logapp.speak", bind=True)
     def speak(self: Any) -> str:

@@ -317,11 +317,10 @@ def _failed(
 ) -> Attempt:
     task_id = request.id or ""
     einfo = ExceptionInfo(exc)
-    if not request.is_eager:
-        pass  # a worker logs it as Celery's does (pyrula_compat.worker_log)
-    elif isinstance(exc, tuple(task.throws or ())):
+    expected = isinstance(exc, tuple(task.throws or ()))
+    if request.is_eager and expected:  # on a worker, worker_log.ended() logs it as Celery
         log.info("task %s[%s] raised expected: %r", task.name, task_id, exc)
-    else:
+    elif request.is_eager:
         log.error("task %s[%s] raised unexpected: %r", task.name, task_id, exc)
     _hook(task.on_failure, exc, task_id, args, kwargs, einfo)
     task_failure.send(

@@ -230,8 +230,8 @@ class Logging:
         bodies write to ``sys.stdout`` / ``sys.stderr`` goes to the logger ``name`` at
         ``loglevel``; what the worker process writes itself (its banner, the CLI's
         notes) still goes to the stream, where scripts that start a worker read it."""
-        out = TaskOutputProxy(get_logger(name), loglevel, sys.stdout)
-        err = TaskOutputProxy(get_logger(name), loglevel, sys.stderr)
+        out = TaskOutputProxy(get_logger(name), loglevel, _unwrapped(sys.stdout))
+        err = TaskOutputProxy(get_logger(name), loglevel, _unwrapped(sys.stderr))
         sys.stdout, sys.stderr = out, err
         return out
 
@@ -286,6 +286,11 @@ class Logging:
     @already_setup.setter
     def already_setup(self, was_setup: bool) -> None:
         Logging._setup = was_setup
+
+
+def _unwrapped(stream: Any) -> Any:
+    """The stream under an earlier :class:`TaskOutputProxy` (set up again: not twice)."""
+    return stream.stream if isinstance(stream, TaskOutputProxy) else stream
 
 
 def _node_format(path: str, hostname: str) -> str:

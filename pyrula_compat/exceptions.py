@@ -81,7 +81,8 @@ class Retry(TaskPredicate):
     ) -> None:
         self.message = message
         self.exc = exc
-        self.excs = str(exc) if exc is not None else None
+        # Celery's: the reason's repr (its text when it is a string).
+        self.excs = exc if isinstance(exc, str) else repr(exc) if exc is not None else None
         self.when = when
         self.is_eager = is_eager
         self.sig = sig

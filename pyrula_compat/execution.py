@@ -54,6 +54,10 @@ class Attempt:
     kwargs: dict[str, Any] | None = None
     chain_stopped: bool = False
     einfo: ExceptionInfo | None = None
+    retry_text: str = ""
+    """For ``retry``: Celery's text of the retry (``Retry in 10s: ConnectionError()``)."""
+    ignored: bool = False
+    """For ``ok``: the body raised ``Ignore``."""
 
 
 def backoff_interval(factor: float, retries: int, maximum: float, full_jitter: bool) -> float:
@@ -219,7 +223,7 @@ def run_attempt(task: Task, request: Context, guards: dict[str, Any] | None = No
     except Replaced as replaced:
         outcome = _replacing(task, request, replaced, args, kwargs)
     except Ignore:
-        outcome = Attempt("ok", None, chain_stopped=True)
+        outcome = Attempt("ok", None, chain_stopped=True, ignored=True)
         task_postrun.send(
             sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, retval=None,
             state=states.IGNORED,
@@ -300,6 +304,7 @@ def _retrying(
         args=retry.args_override,
         kwargs=retry.kwargs_override,
         einfo=einfo,
+        retry_text=str(retry),
     )
 
 
@@ -312,9 +317,10 @@ def _failed(
 ) -> Attempt:
     task_id = request.id or ""
     einfo = ExceptionInfo(exc)
-    if isinstance(exc, tuple(task.throws or ())):
+    expected = isinstance(exc, tuple(task.throws or ()))
+    if request.is_eager and expected:  # on a worker, worker_log.ended() logs it as Celery
         log.info("task %s[%s] raised expected: %r", task.name, task_id, exc)
-    else:
+    elif request.is_eager:
         log.error("task %s[%s] raised unexpected: %r", task.name, task_id, exc)
     _hook(task.on_failure, exc, task_id, args, kwargs, einfo)
     task_failure.send(

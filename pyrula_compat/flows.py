@@ -3,29 +3,32 @@
 A task ``proj.tasks.add`` is a workflow of that name whose params are
 ``{"args": [...], "kwargs": {...}}`` plus optional canvas data (``chain``, ``link``,
 ``link_error``, ``headers``, ``parent_id``/``root_id``, ``failed``). Each attempt of the
-body is its own journaled step (``attempt-0``, ``attempt-1``, ...) returning a JSON
-outcome, so a retry's countdown, arguments and count survive a crash; the wait between
+body is its own journaled step (``attempt-0``, ``attempt-1``, ...): a success is its
+value, a failure and a retry are failed steps carrying the exception
+(:mod:`pyrula_compat.outcomes`), so a retry's countdown, arguments and count survive a
+crash, and ``pyrula runs retry`` runs a failed task's body again; the wait between
 attempts is a durable ``ctx.sleep`` (the run reads ``RETRY`` meanwhile). Follow-ups (the
 next chain step, links, errbacks) are submitted with the ids fixed when the canvas was
 called, so a replay submits nothing twice: after a success, inside the attempt's own
 step, before its outcome is journaled (``"followed": true``; a replay re-runs the body
-only if the worker died before that journal write, as it would anyway); if that
-submission fails, and after a failure, in one more journaled step. A callback or errback
-that raises is logged and never changes the task's own outcome, nor is that step retried
-for it (a new-style errback runs once per failure; only a worker crash re-runs it). An
-attempt that called ``self.replace(sig)`` journals ``sig``; the run then runs it as child
-runs and ends as it ends (:mod:`pyrula_compat.replace`).
+only if the worker died before that journal write, as it would anyway), and if that
+submission fails, in one more journaled step; after a failure, inside the attempt's
+step too (tried again on a store error, then logged). A callback or errback that raises
+is logged and never changes the task's own outcome (a new-style errback runs once per
+failure; only a worker crash re-runs it). An attempt that called ``self.replace(sig)``
+journals ``sig``; the run then runs it as child runs and ends as it ends
+(:mod:`pyrula_compat.replace`). Each attempt logs Celery's worker lines
+(:mod:`pyrula_compat.worker_log`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pyrula.workflows import (
     RetryPolicy,
@@ -33,11 +36,21 @@ from pyrula.workflows import (
     StepContext,
     WorkflowContext,
     WorkflowDefinition,
+    log_context,
     workflow,
 )
 from pyrula.workflows.engine.control import CancelRequested, LeaseGone
 from pyrula.workflows.registry import Registry
-from pyrula_compat import codec, errors, replace, states, trail, worker_signals
+from pyrula_compat import (
+    codec,
+    errors,
+    outcomes,
+    replace,
+    states,
+    trail,
+    worker_log,
+    worker_signals,
+)
 from pyrula_compat.app.task import Context
 from pyrula_compat.calling import ORIGIN, TIMES, aware, eta_datetime
 from pyrula_compat.canvas import GENERATED_ID
@@ -53,45 +66,9 @@ ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 """Attempt steps never retry by themselves: the task's own retry rules decide."""
 NOT_CUSTOM = (*TIMES, ORIGIN)
 """Headers that are request fields of their own, not ``request.headers``."""
-_STRICT_JSON = json.JSONEncoder(allow_nan=False)  # built once: json.dumps builds one a call
 
 
 # -- the task workflow -------------------------------------------------------------------
-def _outcome_json(attempt: Attempt, name: str, step_ctx: StepContext) -> dict[str, Any]:
-    out: dict[str, Any]
-    if attempt.kind == "lost":  # nobody reads it: the run is no longer this worker's
-        raise LeaseGone(f"task {name}[{step_ctx.run_id}]: the worker lost the run")
-    if attempt.kind == "ok":
-        value = codec.to_json(attempt.value)
-        try:
-            _STRICT_JSON.encode(value)
-        except (TypeError, ValueError) as exc:
-            error = TypeError(f"the result of task {name} is not JSON serializable: {exc}")
-            return {"kind": "error", "error": errors.to_json(error)}
-        return {"kind": "ok", "value": value, "chain_stopped": attempt.chain_stopped}
-    if attempt.kind == "replace":
-        out = {"kind": "replace", **attempt.value, "chain_stopped": attempt.chain_stopped}
-        try:
-            _STRICT_JSON.encode(out)
-        except (TypeError, ValueError) as exc:
-            error = TypeError(f"the replacement of task {name} is not JSON serializable: {exc}")
-            return {"kind": "error", "error": errors.to_json(error)}
-        return out
-    assert attempt.exc is not None
-    error_text = errors.to_json(attempt.exc)
-    if attempt.kind == "retry":
-        step_ctx.set_progress(states.RETRY, {"error": error_text})
-        out = {"kind": "retry", "countdown": attempt.countdown, "eta": attempt.eta}
-        at = attempt.eta if attempt.eta is not None else time.time() + (attempt.countdown or 0)
-        out["retry_eta"] = datetime.fromtimestamp(at, UTC).isoformat()
-        if attempt.args is not None:
-            out["args"] = codec.to_json(list(attempt.args))
-        if attempt.kwargs is not None:
-            out["kwargs"] = codec.to_json(dict(attempt.kwargs))
-        return out
-    return {"kind": "error", "error": error_text}
-
-
 def _attempt_step(
     step_ctx: StepContext,
     app: Celery,
@@ -104,6 +81,8 @@ def _attempt_step(
     if retries and _expired(step_ctx, app, meta):  # a retry carries the task's expiry
         meta["_expired"] = True
         return {"kind": "expired"}
+    # In the step's own copy of the context: what the attempt logs names the task.
+    log_context.bind(task=name, task_id=step_ctx.run_id)
     task = app.tasks[name]
     chain = meta.get("chain")
     headers = {k: v for k, v in meta["_headers"].items() if k not in NOT_CUSTOM}
@@ -126,8 +105,14 @@ def _attempt_step(
     request._chain_given = bool(chain)  # type: ignore[attr-defined]
     if retries:
         step_ctx.set_progress(states.STARTED, None)  # no longer waiting to retry
+    worker_log.received(name, request)
     worker_signals.received(task, request)
-    outcome = _outcome_json(run_attempt(task, request, meta["_guards"]), name, step_ctx)
+    started = time.monotonic()
+    attempt = run_attempt(task, request, meta["_guards"])
+    worker_log.ended(task, request, attempt, time.monotonic() - started)
+    if attempt.kind == "error" and (meta.get("link_error") or chain):
+        _errbacks(app, name, step_ctx, attempt, meta, args, kwargs)
+    outcome = outcomes.journal(attempt, name, step_ctx)  # raises a failure or a retry
     rest = None if outcome.get("chain_stopped") else chain
     succeeded = outcome["kind"] == "ok"
     children = trail.outcome_children(
@@ -203,7 +188,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
     ) -> Any:
         """``retries``: the attempts made before this run (a task adopted from Celery
         mid-retry), so ``request.retries`` and ``max_retries`` carry on from there."""
-        chain, link, link_error = meta["chain"], meta["link"], meta["link_error"]
+        chain, link = meta["chain"], meta["link"]
         root_id = meta["root_id"]
         if expires_in is not None and await Step(_expire_if_late, name="expiry")(
             app, ctx.run_id, expires_in
@@ -219,7 +204,10 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
                 _attempt_step, name=f"attempt-{retries}", retry=ONE_ATTEMPT,
                 timeout=hard or None,
             )  # fmt: skip
-            outcome = await attempt(app, name, call_args, call_kwargs, retries, meta)
+            try:
+                outcome = await attempt(app, name, call_args, call_kwargs, retries, meta)
+            except outcomes.RetryScheduled as scheduled:  # journaled failed: see outcomes
+                outcome = {"kind": "retry", **scheduled.decision}
             if outcome["kind"] == "expired":  # _attempt_step cancelled the run
                 meta["_expired"] = True
                 await ctx.step(f"expired-{retries}", _noop)  # the cancel takes effect here
@@ -235,6 +223,9 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
             call_kwargs = outcome.get("kwargs", call_kwargs)
             meta["eta"] = outcome.get("retry_eta")  # the retried attempt's request.eta
             retries += 1
+        # A failure journaled by the attempt step raised out of `await attempt(...)`
+        # above, and ends the run here: the same exception, so that the run records the
+        # attempt as the step that failed it and `pyrula runs retry` runs it again.
         if outcome["kind"] == "replace":  # self.replace(sig): sig's result is ours
             outcome = await replace.follow(ctx, app, outcome, root_id or ctx.run_id)
         if outcome["kind"] == "ok":
@@ -248,15 +239,7 @@ def make_task_workflow(app: Celery, name: str, registry: Registry, rate: Any) ->
                 except Exception as error:  # the task succeeded all the same, as in Celery
                     log.error("task %s[%s]: callbacks not queued: %r", name, ctx.run_id, error)
             return outcome["value"]
-        if link_error or chain:
-            try:
-                await Step(_after_failure, name="errbacks")(
-                    app, name, outcome["error"], link_error, chain, call_args, call_kwargs
-                )
-            except Exception as error:  # the task's own failure stands, as in Celery
-                log.error("task %s[%s]: errbacks not queued: %r", name, ctx.run_id, error)
-        exc, tb = errors.from_json(outcome["error"])
-        raise errors.with_remote_traceback(exc, tb)
+        return await _legacy_failure(ctx, app, name, outcome, meta, call_args, call_kwargs)
 
     definition: WorkflowDefinition = workflow(
         name=name,
@@ -308,6 +291,64 @@ def _expired(step_ctx: StepContext, app: Celery, meta: dict[str, Any]) -> bool:
 
 def _noop() -> None:
     return None
+
+
+ERRBACK_WAITS = (1.0, 2.0)
+"""Seconds between the tries of a failed task's errbacks when the store fails."""
+
+
+def _errbacks(
+    app: Celery,
+    name: str,
+    step_ctx: StepContext,
+    attempt: Attempt,
+    meta: dict[str, Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+) -> None:
+    """After a task failed for good, in its attempt's step before the failure is
+    journaled (so a retry of the run that runs the body again journals no stale step
+    after it): :func:`_after_failure`. A store error is tried again after each of
+    :data:`ERRBACK_WAITS`, then logged: the task's own failure stands, as in Celery."""
+    assert attempt.exc is not None
+    error = errors.to_json(attempt.exc)
+    link_error, chain = meta.get("link_error"), meta.get("chain")
+    for wait in (*ERRBACK_WAITS, None):
+        try:
+            _after_failure(step_ctx, app, name, error, link_error, chain, args, kwargs)
+            return
+        except Exception as exc:
+            if wait is None:
+                log.error("task %s[%s]: errbacks not queued: %r", name, step_ctx.run_id, exc)
+                return
+            log.warning(
+                "task %s[%s]: errbacks not queued (%r); trying again in %.0fs",
+                name, step_ctx.run_id, exc, wait,
+            )  # fmt: skip
+            time.sleep(wait)
+
+
+async def _legacy_failure(
+    ctx: WorkflowContext,
+    app: Celery,
+    name: str,
+    outcome: dict[str, Any],
+    meta: dict[str, Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+) -> NoReturn:
+    """Replay an attempt journaled as an ``error`` value (see :mod:`outcomes`): the
+    ``errbacks`` step that followed it then, and the failure."""
+    link_error, chain = meta.get("link_error"), meta.get("chain")
+    if link_error or chain:
+        try:
+            await Step(_after_failure, name="errbacks")(
+                app, name, outcome["error"], link_error, chain, args, kwargs
+            )
+        except Exception as error:  # the task's own failure stands, as in Celery
+            log.error("task %s[%s]: errbacks not queued: %r", name, ctx.run_id, error)
+    exc, tb = errors.from_json(outcome["error"])
+    raise errors.with_remote_traceback(exc, tb)
 
 
 def _after_success(

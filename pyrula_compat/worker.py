@@ -31,10 +31,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunStatus, Store, WorkflowDefinition
+from pyrula.workflows.log_context import LOG_FORMAT_ENV, JsonFormatter
 from pyrula_compat import beat, recorded, signals, worker_signals
 from pyrula_compat.exceptions import ImproperlyConfigured
 from pyrula_compat.runstate import REVOKED_TASK, SAVED_GROUP
-from pyrula_compat.utils.log import task_logger
 
 if TYPE_CHECKING:
     from pyrula_compat.app.base import Celery
@@ -199,21 +199,22 @@ class AppWorker:
         if main:
             signals.worker_shutdown.send(sender=self)
 
-    def setup_logging(self, loglevel: str, logfile: str | None = None) -> bool:
-        """Let a ``setup_logging`` receiver configure logging (True if one did)."""
-        if not signals.setup_logging.receivers:
-            return False
-        signals.setup_logging.send(
-            sender=None, loglevel=loglevel, logfile=logfile, format=None, colorize=False
-        )
-        return True
-
-    def logging_set_up(self, loglevel: str, logfile: str | None = None) -> None:
-        """pyrula configured logging (no ``setup_logging`` receiver did): what Celery
-        sends then, for receivers that add handlers or formats to its loggers."""
-        options = {"loglevel": loglevel, "logfile": logfile, "format": None, "colorize": False}
-        signals.after_setup_logger.send(sender=None, logger=logging.getLogger(), **options)
-        signals.after_setup_task_logger.send(sender=None, logger=task_logger, **options)
+    def setup_logging(self, loglevel: str, logfile: str | None = None) -> None:
+        """Set up this process's logging as Celery's worker does: ``app.log.setup``
+        (a ``setup_logging`` receiver, else ``worker_log_format`` on the root logger and
+        ``worker_task_log_format`` on the task loggers, each followed by its signal),
+        then ``worker_redirect_stdouts``. ``PYRULA_LOG_FORMAT=json`` (``--log-format
+        json``) formats every record as one JSON object instead. Each command sets it
+        up for its process (again when a test invokes several in one process)."""
+        conf = self.app.conf
+        json_lines = os.environ.get(LOG_FORMAT_ENV, "").lower() == "json"
+        self.app.log.already_setup = False
+        handled = self.app.log.setup(
+            loglevel, logfile, hostname=self.hostname,
+            formatter=JsonFormatter() if json_lines else None,
+        )  # fmt: skip
+        if not handled and conf.worker_redirect_stdouts:
+            self.app.log.redirect_task_output(conf.worker_redirect_stdouts_level)
 
     def describe(self) -> dict[str, Any]:
         return {"app": repr(self.app), "tasks": sorted(self.app.tasks.regular())}

@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli.daemon import node_name
-from pyrula.cli.logging_setup import configure_logging
 from pyrula.cli.render import CliUsageError, mask_url
 from pyrula.cli.supervisor import stop_signal
 
@@ -427,9 +426,7 @@ def load(
         setup = AppWorker(app, hostname=hostname, pool_child=pool_child)
     else:
         setup = make_setup(app)
-    if not setup.setup_logging(loglevel, logfile):
-        configure_logging(loglevel, logfile)
-        setup.logging_set_up(loglevel, logfile)
+    setup.setup_logging(loglevel, logfile)  # app.log.setup, as Celery's worker
     if values.get("celery_skip_checks"):
         os.environ["CELERY_SKIP_CHECKS"] = "1"  # Django's system checks, as in Celery
     try:

@@ -11,11 +11,13 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli.render import CliUsageError
+from pyrula.workflows.log_context import LOG_FORMAT_ENV, JsonFormatter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+LOG_FORMATS = ("text", "json")
 
 
 class _CliHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -27,9 +29,10 @@ class _CliFileHandler(logging.handlers.WatchedFileHandler):
     it."""
 
 
-def configure_logging(level: str, logfile: str | None = None) -> None:
+def configure_logging(level: str, logfile: str | None = None, log_format: str = "text") -> None:
     """Send records at ``level`` and above from every logger to stderr (to ``logfile``,
-    appended, if given), one line each.
+    appended, if given), one line each: text, or with ``log_format="json"`` one JSON
+    object (:class:`~pyrula.workflows.log_context.JsonFormatter`).
 
     Replaces the handler a previous call installed, so calling it twice (tests invoking
     several commands in one process) does not print each line twice.
@@ -44,7 +47,7 @@ def configure_logging(level: str, logfile: str | None = None) -> None:
         handler = _CliFileHandler(logfile) if logfile else _CliHandler(sys.stderr)
     except OSError as exc:
         raise CliUsageError(f"--logfile {logfile}: {exc.strerror}") from None
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(FORMAT))
     root.addHandler(handler)
     root.setLevel(level.upper())
 
@@ -61,3 +64,18 @@ def loglevel_option(*, logfile: bool = False) -> Callable[[F], F]:
         show_default=True,
         help=f"Log records at this level and above go to {where}.",
     )
+
+
+def log_format_option(command: F) -> F:
+    """``--log-format text|json`` (also ``PYRULA_LOG_FORMAT``), as ``log_format``."""
+    return click.option(
+        "--log-format",
+        "log_format",
+        type=click.Choice(LOG_FORMATS, case_sensitive=False),
+        default="text",
+        envvar=LOG_FORMAT_ENV,
+        show_envvar=True,
+        show_default=True,
+        help="json: one JSON object a line (time, level, logger, message, and the run, "
+        "workflow or task, step, attempt and worker it is about).",
+    )(command)

@@ -32,7 +32,7 @@ import click
 
 from pyrula.cli import app_loader, recycle, supervisor
 from pyrula.cli.daemon import Daemon, daemon_options, node_name
-from pyrula.cli.logging_setup import configure_logging, loglevel_option
+from pyrula.cli.logging_setup import configure_logging, log_format_option, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
 from pyrula.workflows import (
     ConfigurationError,
@@ -41,6 +41,7 @@ from pyrula.workflows import (
     WorkflowWorker,
     open_store,
 )
+from pyrula.workflows.log_context import LOG_FORMAT_ENV
 from pyrula.workflows.stores import DEFAULT_STORE_URL
 from pyrula.workflows.stores.archive.wrapping import POSTGRES_DSN_ENV, with_archive
 
@@ -211,12 +212,13 @@ def import_workflow_modules(names: Iterable[str]) -> None:
     "over it (see `pyrula db migrate`).",
 )
 @loglevel_option(logfile=True)
+@log_format_option
 @worker_option_flags
 @daemon_options
 @recycle.recycle_options
 @app_loader.celery_worker_flags
 def worker_command(
-    modules: tuple[str, ...], store_url: str | None, loglevel: str, **values: Any
+    modules: tuple[str, ...], store_url: str | None, loglevel: str, log_format: str, **values: Any
 ) -> None:
     """Serve workflow runs until SIGTERM or SIGINT, then stop gracefully.
 
@@ -224,6 +226,7 @@ def worker_command(
     --shutdown-grace seconds, requeues the rest and exits 0. A second signal exits at
     once (code 1); runs still in flight then wait for their lease to expire.
     """
+    os.environ[LOG_FORMAT_ENV] = log_format.lower()  # for -A's app.log, and child processes
     child = recycle.ChildLink.from_environment(values)  # run by a supervisor (recycle.py)
     daemon = Daemon.from_values(values)
     daemon.enter_workdir()
@@ -243,7 +246,7 @@ def worker_command(
         store_url = broker_as_store(store_url, values)
         if not modules:
             raise CliUsageError("give --workflow MODULE (or -A APP for a Celery app)")
-        configure_logging(loglevel, logfile)
+        configure_logging(loglevel, logfile, log_format.lower())
     if values.get("celery_hostname") and not values.get("worker_id"):
         # Celery's node name leads the id, which stays unique per process (two workers
         # under one id would take each other's leases for their own).

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pyrula.workflows import loops
+from pyrula.workflows import log_context, loops
 from pyrula.workflows.claiming import ClaimLoop, StoreClock, claimed_at
 from pyrula.workflows.client import WorkflowClient
 from pyrula.workflows.engine.control import being_cancelled
@@ -182,6 +182,7 @@ class WorkflowWorker:
     async def run(self) -> None:
         """Serve until :meth:`stop`. Nothing is left claimed by this worker when it returns."""
         stop = self._arm_stop()
+        log_context.bind(worker=self.worker_id)  # inherited by every task it starts
         self._slot_freed = slot_freed = asyncio.Event()
         definitions = {d.name: d for d in self.workflows}
         await self.store.open()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -19,6 +20,7 @@ from pyrula_compat.app.annotations import annotate
 from pyrula_compat.app.configure import ConfigureSignal, add_periodic, periodic_entry
 from pyrula_compat.app.control import Control
 from pyrula_compat.app.from_config import fill_from_config, own_value
+from pyrula_compat.app.log import Logging
 from pyrula_compat.app.registry import (  # noqa: F401  (shared_task: Celery's path too)
     TaskRegistry,
     _django_apps,
@@ -233,6 +235,11 @@ class Celery:
 
     def close(self) -> None:
         self._client = None
+
+    @functools.cached_property
+    def log(self) -> Logging:
+        """``app.log``: the worker's logging set-up (:mod:`pyrula_compat.app.log`)."""
+        return Logging(self)
 
     # -- tasks -------------------------------------------------------------------------
     @property

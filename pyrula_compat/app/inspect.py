@@ -28,6 +28,7 @@ from pyrula.workflows.records import JournalEntry, RunStatus, WorkerInfo
 from pyrula.workflows.stores.schedule_admin import run_blocking
 from pyrula_compat import codec
 from pyrula_compat._state import get_current_app
+from pyrula_compat.outcomes import retry_decision
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -183,13 +184,10 @@ def _retried_arguments(journal: list[JournalEntry], request: dict[str, Any]) -> 
     """The arguments of the next attempt: the run's, as each retry replaced them."""
     args, kwargs = request["args"], request["kwargs"]
     for entry in journal:
-        if entry.kind != "step" or not entry.ok or not entry.name.startswith("attempt-"):
+        if entry.kind != "step" or not entry.name.startswith("attempt-"):
             continue
-        try:
-            outcome = json.loads(entry.value)
-        except ValueError:
-            continue
-        if isinstance(outcome, dict) and outcome.get("kind") == "retry":
+        outcome = retry_decision(entry)
+        if outcome is not None:
             if "args" in outcome:
                 args = codec.from_json(outcome["args"]) or []
             if "kwargs" in outcome:

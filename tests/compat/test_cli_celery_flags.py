@@ -62,7 +62,8 @@ def test_broker_config_include_and_node_named_files(tmp_path: Path, proj_app: An
         assert worker.stop() == 0
     assert not (tmp_path / "w7.pid").exists()
     assert f"w7@{socket.gethostname()}" not in worker.stderr
-    assert "pyrula.workflows.worker" in (tmp_path / "w7.log").read_text()
+    # the worker's own lines, in Celery's worker_log_format
+    assert "INFO/MainProcess] worker w7@" in (tmp_path / "w7.log").read_text()
     assert not (HERE / "not-this-one.db").exists()
 
 

@@ -166,13 +166,14 @@ def test_store_given_on_the_command_line_is_served_and_used_by_the_app(served: S
 
 # -- 6. worker-side signals --------------------------------------------------------------
 def test_the_worker_sends_celerys_start_up_signals(served: Served) -> None:
-    # Receivers connected in proj/celery.py, as projects do: logging set up by pyrula.
+    # Receivers connected in proj/celery.py, as projects do: logging set up by app.log,
+    # which sends the level as a number, as Celery's does (-l INFO: 20).
     assert signals_of(served, "after_setup_logger", "start") == [
-        {"signal": "after_setup_logger", "id": "start", "logger": "root", "loglevel": "INFO"}
+        {"signal": "after_setup_logger", "id": "start", "logger": "root", "loglevel": 20}
     ]
     assert signals_of(served, "after_setup_task_logger", "start") == [
         {"signal": "after_setup_task_logger", "id": "start", "logger": "celery.task",
-         "loglevel": "INFO"}
+         "loglevel": 20}
     ]  # fmt: skip
     assert signals_of(served, "celeryd_after_setup", "start") == [
         {"signal": "celeryd_after_setup", "id": "start", "timezone": "UTC"}

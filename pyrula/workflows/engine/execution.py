@@ -31,7 +31,12 @@ from pyrula.workflows.rate import flow_for
 from pyrula.workflows.records import NO_FLOW, JournalEntry, Lease, NewRun
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.retry import RetryPolicy
-from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES, ErrorInfo, decode
+from pyrula.workflows.serialization import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    ErrorInfo,
+    StoredTraceback,
+    decode,
+)
 from pyrula.workflows.stores.base import Store
 
 log = logging.getLogger("pyrula.workflows.engine")
@@ -171,7 +176,10 @@ class RunExecution:
         """Return a journaled result, or raise the journaled error."""
         if entry.ok:
             return decode(entry.value)
-        error = ErrorInfo.from_json(entry.value).rebuild()
+        info = ErrorInfo.from_json(entry.value)
+        error = info.rebuild()
+        if info.traceback and error.__cause__ is None:  # the run records the step's own
+            error.__cause__ = StoredTraceback(info.traceback)
         self.failed_steps[id(error)] = entry.position
         raise error
 

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from enum import Enum
 
+from pyrula.workflows import log_context
 from pyrula.workflows.context import WorkflowContext, bind_context, unbind_context
 from pyrula.workflows.engine.control import (
     CancelRequested,
@@ -55,8 +56,20 @@ async def execute_run(
 
     Raises only ``asyncio.CancelledError`` (the worker cancelled the task); every other
     outcome, including exceptions from user code (a ``CancelledError`` it raised while
-    the task was not being cancelled too), is recorded in the store.
+    the task was not being cancelled too), is recorded in the store. What it logs, and
+    what the run's code logs, carries the run's id and workflow (:mod:`log_context`).
     """
+    with log_context.bound(run_id=lease.run_id, workflow=definition.name):
+        return await _execute_run(definition, lease, store, settings, on_start)
+
+
+async def _execute_run(
+    definition: WorkflowDefinition,
+    lease: Lease,
+    store: Store,
+    settings: ExecutionSettings,
+    on_start: Callable[[RunExecution], None] | None,
+) -> RunEnd:
     window = settings.store_retry_window
     journal: dict[int, JournalEntry] = {}
     if lease.run.claims != 1:
@@ -152,7 +165,13 @@ async def _run_workflow(
             execution.check_journal_used()  # an error where the journal went on
         except Nondeterminism as signal:
             return _nondeterministic(signal)
-        log.info("run %s failed: %s: %s", execution.run_id, type(exc).__name__, exc)
+        if log_context.was_logged(exc):  # with its traceback, where it happened
+            log.info("run %s failed: %s: %s", execution.run_id, type(exc).__name__, exc)
+        else:
+            log.error(
+                "run %s (%s) failed: %s: %s", execution.run_id, definition.name,
+                type(exc).__name__, exc, exc_info=exc,
+            )  # fmt: skip
         return _failed(execution, exc)
     finally:
         unbind_context(token)

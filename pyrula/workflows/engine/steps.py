@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from pyrula.workflows import log_context
 from pyrula.workflows.context import StepContext
 from pyrula.workflows.engine.control import Suspend, being_cancelled, running_step
 from pyrula.workflows.engine.threads import StepThreadPool
@@ -172,7 +173,8 @@ async def _execute_step(
                 reporter=_progress_reporter(execution),
             )
             call_args = (step_ctx, *args)
-        ok, value = await _call(execution, name, fn, call_args, kwargs, timeout)
+        with log_context.bound(step=name, attempt=attempt):  # what the step logs says so
+            ok, value = await _call(execution, name, fn, call_args, kwargs, timeout)
         if ok:
             try:
                 text = encode(
@@ -197,6 +199,7 @@ async def _execute_step(
             type(value).__name__,
             value,
             delay,
+            extra={"step": name, "attempt": attempt},
         )
         if delay >= execution.durable_backoff_after:
             wake = await execution.store_now() + delay

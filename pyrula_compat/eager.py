@@ -94,6 +94,12 @@ def apply(
         attempt = run_attempt(task, request)
         if attempt.kind != "retry" or retries - start >= MAX_EAGER_RETRIES:
             break
+        if attempt.retry is not None and not attempt.retry.is_eager:
+            # A Retry raised by other code than self.retry() (a mocked retry): as
+            # Celery, the task is not run again; raised with throw, else state RETRY.
+            if throw:
+                raise attempt.retry
+            return EagerResult(task_id, attempt.retry, states.RETRY, name=task.name, app=app)
         if attempt.args is not None:
             call_args = list(attempt.args)
         if attempt.kwargs is not None:

@@ -55,6 +55,9 @@ class Attempt:
     kwargs: dict[str, Any] | None = None
     chain_stopped: bool = False
     einfo: ExceptionInfo | None = None
+    retry: Retry | None = None
+    """The Retry of a ``retry`` attempt (``retry.is_eager``: raised by ``self.retry()``
+    in eager mode, which runs the task again there)."""
 
 
 def backoff_interval(factor: float, retries: int, maximum: float, full_jitter: bool) -> float:
@@ -302,6 +305,7 @@ def _retrying(
         args=retry.args_override,
         kwargs=retry.kwargs_override,
         einfo=ExceptionInfo(reason) if reason is not retry else einfo,
+        retry=retry,
     )
 
 

@@ -34,7 +34,8 @@ class Unsupported:
 
     def __get__(self, obj: Any, owner: type | None = None) -> NoReturn:
         cls = owner if owner is not None else type(obj)
-        raise AttributeError(self.message(cls.__name__), name=self.name, obj=obj)
+        label = str(getattr(cls, "_celery_class_name", "") or self.owner)
+        raise AttributeError(self.message(label), name=self.name, obj=obj)
 
 
 __all__ = ["Unsupported"]
@@ -54,6 +55,9 @@ WORKER = (
 class BrokerAttributes:
     """The ``Celery`` attributes for Celery's broker, its embedded worker and beat
     classes, and pickling: none exists in pyrula (see :class:`Unsupported`)."""
+
+    _celery_class_name = "Celery"
+    """How the messages name the class (the mixin is not what users know)."""
 
     amqp = Unsupported("the AMQP layer (app.amqp: queues, routes, producers)", STORE)
     amqp_cls = Unsupported("the class of app.amqp", STORE)

@@ -71,7 +71,7 @@ def make_app(eager: bool) -> tuple[Celery, Contexts, dict[str, list[Any]]]:
             )
 
         def after_return(self, status: str, retval: Any, *rest: Any) -> None:
-            task_id, args, kwargs, einfo = rest
+            task_id, _args, _kwargs, einfo = rest
             seen["hooks"].append(("after_return", status, repr(retval), task_id, einfo))
 
     celery.Task = ContextTask
@@ -96,7 +96,7 @@ def make_app(eager: bool) -> tuple[Celery, Contexts, dict[str, list[Any]]]:
 
 @pytest.mark.parametrize("eager", [True, False], ids=["eager", "worker"])
 def test_context_task_runs_every_call_inside_its_context(eager: bool) -> None:
-    app, flask, seen = make_app(eager)
+    app, _flask, seen = make_app(eager)
     add = app.tasks["ctx.add"]
     assert isinstance(add, app.Task) and add.app is app and type(add).app is app
     with contextlib.ExitStack() as stack:

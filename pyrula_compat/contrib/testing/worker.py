@@ -4,6 +4,7 @@ one-file scripts (as ``celery.contrib.testing.worker.start_worker``)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ class TestWorker:
 
     def start(self) -> None:
         app = self.app
-        setup = self._setup = AppWorker(app)
+        setup = self._setup = AppWorker(app, hostname=f"celery@{socket.gethostname()}")
         setup.prepare()
         url = app.store_url()
         store = app.client().store if (url or "").startswith("memory") else open_store(url)

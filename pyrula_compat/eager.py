@@ -89,6 +89,7 @@ def apply(
             id=task_id, args=call_args, kwargs=call_kwargs, retries=retries, is_eager=True,
             called_directly=False, hostname=socket.gethostname(), root_id=task_id,
             headers=headers or {}, task=task.name, callbacks=link, errbacks=link_error,
+            shadow=(headers or {}).get("shadow"),
             delivery_info=dict(delivery_info),
         )  # fmt: skip
         attempt = run_attempt(task, request)

@@ -385,8 +385,14 @@ class LoadedApp:
             raise CliError(str(exc)) from None
 
     def on_ready(self) -> None:
-        """A recycling supervisor's first worker child serves: ``worker_ready``."""
-        self.setup.ready()
+        """A recycling supervisor's first worker child serves: the bootsteps start,
+        then ``worker_ready``."""
+        from pyrula_compat.bootsteps import BootstepError
+
+        try:
+            self.setup.ready()
+        except BootstepError as exc:
+            raise CliError(str(exc)) from None
 
     def on_stop(self) -> None:
         """The worker stopped: the app's shutdown hooks, given the name of the signal

@@ -251,3 +251,23 @@ def test_attributes_without_a_broker_name_the_feature_and_the_way_instead() -> N
     assert app.either("task_default_queue", "x") == "celery"
     assert app.loader.app is app and isinstance(app.oid, str)
     assert app.steps["worker"] == set() and app.user_options["worker"] == set()
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "worker"])
+def test_shadow_name_reaches_the_request(eager: bool) -> None:
+    app = Celery("shadows", broker="memory://", set_as_current=False)
+    app.conf.task_always_eager = eager
+
+    class Shadowed(app.Task):
+        def shadow_name(self, args: Any, kwargs: Any, options: Any) -> str:
+            return f"report for {args[0]}"
+
+    @app.task(base=Shadowed, bind=True, name="s.report")
+    def report(self: Task, who: str) -> Any:
+        return self.request.shadow
+
+    with contextlib.ExitStack() as stack:
+        if not eager:
+            stack.enter_context(start_worker(app, perform_ping_check=False))
+        assert report.delay("ann").get(timeout=T) == "report for ann"
+        assert report.apply_async(("bo",), shadow="mine").get(timeout=T) == "mine"

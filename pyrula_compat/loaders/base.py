@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from types import ModuleType
@@ -64,8 +65,6 @@ class BaseLoader:
 
     def import_from_cwd(self, module: str, imp: Any = None, package: str | None = None) -> Any:
         cwd = os.getcwd()
-        import sys
-
         if cwd not in sys.path:
             sys.path.insert(0, cwd)
         return (imp or self.import_module)(module, package=package)

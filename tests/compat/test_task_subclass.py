@@ -271,3 +271,25 @@ def test_shadow_name_reaches_the_request(eager: bool) -> None:
             stack.enter_context(start_worker(app, perform_ping_check=False))
         assert report.delay("ann").get(timeout=T) == "report for ann"
         assert report.apply_async(("bo",), shadow="mine").get(timeout=T) == "mine"
+
+
+def test_a_custom_loader_gets_the_worker_hooks() -> None:
+    from pyrula_compat.loaders.base import BaseLoader
+
+    calls: list[str] = []
+
+    class Loader(BaseLoader):
+        def on_worker_init(self) -> None:
+            calls.append("init")
+
+        def on_worker_shutdown(self) -> None:
+            calls.append("shutdown")
+
+    app = Celery("loading", broker="memory://", loader=Loader, set_as_current=False)
+    assert isinstance(app.loader, Loader) and app.loader.app is app
+    with start_worker(app, perform_ping_check=False):
+        assert calls == ["init"]
+    assert calls == ["init", "shutdown"]
+    assert app.loader.cmdline_config_parser(["celery.task_always_eager=(bool)1"]) == {
+        "task_always_eager": True
+    }

@@ -89,11 +89,18 @@ def apply(
             id=task_id, args=call_args, kwargs=call_kwargs, retries=retries, is_eager=True,
             called_directly=False, hostname=socket.gethostname(), root_id=task_id,
             headers=headers or {}, task=task.name, callbacks=link, errbacks=link_error,
+            shadow=(headers or {}).get("shadow"),
             delivery_info=dict(delivery_info),
         )  # fmt: skip
         attempt = run_attempt(task, request)
         if attempt.kind != "retry" or retries - start >= MAX_EAGER_RETRIES:
             break
+        if attempt.retry is not None and not attempt.retry.is_eager:
+            # A Retry raised by other code than self.retry() (a mocked retry): as
+            # Celery, the task is not run again; raised with throw, else state RETRY.
+            if throw:
+                raise attempt.retry
+            return EagerResult(task_id, attempt.retry, states.RETRY, name=task.name, app=app)
         if attempt.args is not None:
             call_args = list(attempt.args)
         if attempt.kwargs is not None:

@@ -12,6 +12,7 @@ import ctypes
 import inspect
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +59,9 @@ class Attempt:
     """For ``retry``: Celery's text of the retry (``Retry in 10s: ConnectionError()``)."""
     ignored: bool = False
     """For ``ok``: the body raised ``Ignore``."""
+    retry: Retry | None = None
+    """The Retry of a ``retry`` attempt (``retry.is_eager``: raised by ``self.retry()``
+    in eager mode, which runs the task again there)."""
 
 
 def backoff_interval(factor: float, retries: int, maximum: float, full_jitter: bool) -> float:
@@ -133,20 +137,17 @@ class BodyGuard:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
 
 
-def _invoke(task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call the body the way Celery's worker does: through a custom ``__call__``."""
-    custom_call = type(task).__call__ is not Task.__call__
-    if custom_call:
-        task.request._executing = True  # type: ignore[attr-defined]
-        value = task(*args, **kwargs)
-    else:
-        value = task.run(*args, **kwargs)
+def _invoke(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """Call the body the way Celery's worker does: through the class's ``__call__``
+    when it overrides Task's (a Flask ``ContextTask``), else ``task.run``."""
+    body = task if type(task).__call__ is not Task.__call__ else task.run
+    value = body(*args, **kwargs)
     if inspect.iscoroutine(value):
         value = asyncio.run(value)
     return value
 
 
-def _call_with_autoretry(task: Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _call_with_autoretry(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     try:
         return _invoke(task, args, kwargs)
     except (Ignore, Retry, Reject):
@@ -188,7 +189,9 @@ def run_attempt(task: Task, request: Context, guards: dict[str, Any] | None = No
     runs, for the worker to stop it; a ``"stop"`` the worker set there before (it lost
     the run while the attempt was on its way to the body) stops it on entry. Each side
     writes its key before it reads the other's, so one of them sees the other."""
-    args = tuple(request.args or ())
+    # The hooks and signals get the request's args as they came (a list from a worker's
+    # JSON, as Celery's from its message), the body the same values.
+    args: Sequence[Any] = request.args if request.args is not None else ()
     kwargs = dict(request.kwargs or {})
     task_id = request.id or ""
     stack = task.request_stack
@@ -249,7 +252,7 @@ def run_attempt(task: Task, request: Context, guards: dict[str, Any] | None = No
 
 
 def _succeeded(
-    task: Task, request: Context, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    task: Task, request: Context, value: Any, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> Attempt:
     task_id = request.id or ""
     _hook(task.on_success, value, task_id, args, kwargs)
@@ -263,7 +266,7 @@ def _succeeded(
 
 
 def _replacing(
-    task: Task, request: Context, replaced: Replaced, args: tuple[Any, ...], kwargs: dict[str, Any]
+    task: Task, request: Context, replaced: Replaced, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> Attempt:
     """``self.replace(sig)``: eagerly, the task returns the replacement's result; on a
     worker the run goes on with ``sig`` (``kind="replace"``, the signature as value)."""
@@ -282,12 +285,14 @@ def _had_chain(request: Context) -> bool:
 
 
 def _retrying(
-    task: Task, request: Context, retry: Retry, args: tuple[Any, ...], kwargs: dict[str, Any]
+    task: Task, request: Context, retry: Retry, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> Attempt:
     task_id = request.id or ""
     reason = retry.exc if isinstance(retry.exc, BaseException) else retry
-    einfo = ExceptionInfo(reason)
-    _hook(task.on_retry, reason, task_id, args, kwargs, einfo)
+    # As Celery: on_retry gets Retry.exc (None when retry() was given none) and an
+    # einfo of the Retry itself, whose traceback chains the exception handled.
+    einfo = ExceptionInfo(retry)
+    _hook(task.on_retry, retry.exc, task_id, args, kwargs, einfo)
     task_retry.send(sender=task, request=request, reason=retry, einfo=einfo)
     task_postrun.send(
         sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, retval=retry,
@@ -303,8 +308,9 @@ def _retrying(
         eta=eta,
         args=retry.args_override,
         kwargs=retry.kwargs_override,
-        einfo=einfo,
+        einfo=ExceptionInfo(reason) if reason is not retry else einfo,
         retry_text=str(retry),
+        retry=retry,
     )
 
 
@@ -312,7 +318,7 @@ def _failed(
     task: Task,
     request: Context,
     exc: BaseException,
-    args: tuple[Any, ...],
+    args: Sequence[Any],
     kwargs: dict[str, Any],
 ) -> Attempt:
     task_id = request.id or ""
@@ -327,7 +333,7 @@ def _failed(
         sender=task, task_id=task_id, exception=exc, args=args, kwargs=kwargs,
         traceback=exc.__traceback__, einfo=einfo,
     )  # fmt: skip
-    _hook(task.after_return, states.FAILURE, exc, task_id, args, kwargs, einfo)
+    _hook(task.after_return, states.FAILURE, exc, task_id, args, kwargs, None)  # as Celery
     task_postrun.send(
         sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, retval=exc,
         state=states.FAILURE,

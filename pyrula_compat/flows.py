@@ -98,7 +98,7 @@ def _attempt_step(
         delivery_info={"exchange": "", "routing_key": "celery", "priority": None,
                        "redelivered": step_ctx.attempt > 1},
         task=name, correlation_id=step_ctx.run_id, reply_to=None,
-        origin=meta["_headers"].get(ORIGIN),
+        origin=meta["_headers"].get(ORIGIN), shadow=headers.get("shadow"),
         eta=meta.get("eta"), expires=meta.get("expires"),
     )  # fmt: skip
     request._step = step_ctx

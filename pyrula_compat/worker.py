@@ -16,6 +16,9 @@ the logging signals).
 Once the store is open it syncs ``beat_schedule`` and says which queued tasks no worker
 here knows (they stay queued, never dropped; a client sending one while no running
 worker serves it says so too: :func:`pyrula_compat.result.served`).
+The main process also makes, starts and stops the app's bootsteps (``app.steps``,
+:mod:`pyrula_compat.bootsteps`) and calls the app loader's ``init_worker`` and
+``shutdown_worker``.
 
 ``pyrula beat -A proj`` (:class:`BeatService`) does what ``celery beat`` does instead: no
 worker signals; the task modules imported, ``beat_schedule`` synced, ``beat_init`` sent.
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunStatus, Store, WorkflowDefinition
 from pyrula.workflows.log_context import LOG_FORMAT_ENV, JsonFormatter
-from pyrula_compat import beat, recorded, signals, worker_signals
+from pyrula_compat import beat, bootsteps, recorded, signals, worker_signals
 from pyrula_compat.exceptions import ImproperlyConfigured
 from pyrula_compat.runstate import REVOKED_TASK, SAVED_GROUP
 
@@ -72,11 +75,24 @@ class AppWorker:
     :meth:`ready`."""
 
     def __init__(
-        self, app: Celery, hostname: str | None = None, *, pool_child: bool = False
+        self,
+        app: Celery,
+        hostname: str | None = None,
+        *,
+        pool_child: bool = False,
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.app = app
         self.hostname = hostname
         self.pool_child = pool_child
+        self.options: dict[str, Any] = dict(options or {})
+        """What the bootsteps get as keyword arguments: ``hostname``, ``loglevel``,
+        ``logfile``, ``concurrency`` and the values of the app's worker user options."""
+        self.steps: list[Any] = []
+        """The started :class:`~pyrula_compat.bootsteps.StartStopStep` s (Celery's
+        ``worker.steps``)."""
+        self.bootsteps: bootsteps.WorkerSteps | None = None
+        self.steps_started = False
         self.process_started = False
         """Whether :meth:`on_start` sent ``worker_process_init`` (so :meth:`on_stop`
         sends ``worker_process_shutdown``)."""
@@ -100,6 +116,9 @@ class AppWorker:
         beat.schedules_of(app)  # a bad entry fails here, before serving
         if main:
             signals.worker_init.send(sender=self)
+            app.loader.init_worker()
+            options = {"hostname": self.hostname, **self.options}
+            self.bootsteps = bootsteps.WorkerSteps(self, app.steps, **options)
         return imported
 
     @property
@@ -170,8 +189,12 @@ class AppWorker:
             self.ready()
 
     def ready(self) -> None:
-        """Send ``worker_ready``: at the end of :meth:`on_start`, or in a recycling
-        supervisor once its first worker child serves."""
+        """Start the bootsteps, then send ``worker_ready``: at the end of
+        :meth:`on_start`, or in a recycling supervisor once its first worker child
+        serves. A step that fails to start raises BootstepError (naming it)."""
+        if self.bootsteps is not None and not self.steps_started:
+            self.bootsteps.start()
+            self.steps_started = True
         signals.worker_ready.send(sender=self)
 
     def on_stop(self, sig: str | None = None) -> None:
@@ -193,6 +216,11 @@ class AppWorker:
             signals.worker_shutting_down.send(
                 sender=self.hostname, sig=sig, how="Warm", exitcode=WARM_EXIT_CODES.get(sig, 0)
             )
+            if self.bootsteps is not None and self.steps_started:
+                self.steps_started = False
+                self.bootsteps.stop()
+            if self.app.loader.worker_initialized:
+                self.app.loader.shutdown_worker()
         if self.process_started:
             self.process_started = False
             signals.worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli.daemon import node_name
-from pyrula.cli.render import CliUsageError, mask_url
+from pyrula.cli.render import CliError, CliUsageError, mask_url
 from pyrula.cli.supervisor import stop_signal
 
 log = logging.getLogger("pyrula.cli.worker")
@@ -374,11 +374,24 @@ class LoadedApp:
         return self.store_url
 
     async def on_start(self, store: Any) -> None:
-        await self.setup.on_start(store)
+        """The app's start-up once the store is open; a bootstep that fails to start
+        stops the worker with one line naming it."""
+        from pyrula_compat.bootsteps import BootstepError
+
+        try:
+            await self.setup.on_start(store)
+        except BootstepError as exc:
+            raise CliError(str(exc)) from None
 
     def on_ready(self) -> None:
-        """A recycling supervisor's first worker child serves: ``worker_ready``."""
-        self.setup.ready()
+        """A recycling supervisor's first worker child serves: the bootsteps start,
+        then ``worker_ready``."""
+        from pyrula_compat.bootsteps import BootstepError
+
+        try:
+            self.setup.ready()
+        except BootstepError as exc:
+            raise CliError(str(exc)) from None
 
     def on_stop(self) -> None:
         """The worker stopped: the app's shutdown hooks, given the name of the signal
@@ -416,6 +429,7 @@ def load(
         from pyrula_compat.alias import install
 
         install()
+    from pyrula_compat.bootsteps import BootstepError
     from pyrula_compat.exceptions import ImproperlyConfigured
     from pyrula_compat.worker import AppWorker
 
@@ -423,7 +437,8 @@ def load(
     app = import_app(spec)
     if make_setup is None:
         hostname = node_name(values.get("celery_hostname"))
-        setup = AppWorker(app, hostname=hostname, pool_child=pool_child)
+        options = step_options(app, values, loglevel, logfile)
+        setup = AppWorker(app, hostname=hostname, pool_child=pool_child, options=options)
     else:
         setup = make_setup(app)
     setup.setup_logging(loglevel, logfile)  # app.log.setup, as Celery's worker
@@ -438,11 +453,70 @@ def load(
         raise CliUsageError(f"-A {spec}: {exc}") from None
     except ImportError as exc:
         raise CliUsageError(f"-A {spec}: cannot import a task module: {exc}") from None
+    except BootstepError as exc:
+        raise CliError(f"-A {spec}: {exc}") from None
     if values.get("max_concurrent_runs") is None and setup.concurrency():
         values["max_concurrent_runs"] = setup.concurrency()
     if values.get("run_retention") is None:  # --run-retention wins over result_expires
         values["run_retention"] = retention
     return LoadedApp(app=app, setup=setup, store_url=url)
+
+
+def step_options(
+    app: Any, values: Mapping[str, Any], loglevel: str, logfile: str | None
+) -> dict[str, Any]:
+    """What the app's bootsteps get as keyword arguments, as Celery passes the worker's
+    options: ``loglevel``, ``logfile``, ``concurrency`` and the value of each of the
+    app's ``user_options['worker']`` (under its parameter name)."""
+    options: dict[str, Any] = {
+        "loglevel": loglevel,
+        "logfile": logfile,
+        "concurrency": values.get("max_concurrent_runs"),
+    }
+    for option in _user_options(app, "worker"):
+        if option.name:
+            options[option.name] = values.get(option.name)
+    return options
+
+
+def _user_options(app: Any, command: str) -> list[click.Parameter]:
+    return list(getattr(app, "user_options", {}).get(command, ()))
+
+
+class AppCommand(click.Command):
+    """A command that takes the app's ``user_options[<command>]`` (click options a
+    project adds, as Celery's ``app.user_options['worker']``): before the command line
+    is parsed, the app named by ``-A``/``--app`` (after the command, or before it:
+    ``pyrula -A proj worker``) is imported and its options join the command's. An app
+    that does not import is reported by the command itself, as without options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        spec = _app_in(args) or ctx.meta.get(GROUP_VALUES, {}).get("celery_app")
+        if spec and self.name:
+            try:
+                app = find_app(spec)
+            except Exception:  # the command's own load() reports it, with its context
+                app = None
+            known = {param.name for param in self.params}
+            for option in _user_options(app, self.name) if app is not None else ():
+                if option.name not in known:
+                    self.params.append(option)
+                    known.add(option.name)
+        return super().parse_args(ctx, args)
+
+
+def _app_in(args: list[str]) -> str | None:
+    """The value of ``-A``/``--app`` in ``args`` (``-A x``, ``-Ax``, ``--app=x``)."""
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg in ("-A", "--app") and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--app="):
+            return arg.split("=", 1)[1]
+        if arg.startswith("-A") and len(arg) > 2 and not arg.startswith("--"):
+            return arg[2:]
+    return None
 
 
 def _apply_celery_settings(app: Any, setup: Any, values: Mapping[str, Any]) -> None:

@@ -181,7 +181,7 @@ def import_workflow_modules(names: Iterable[str]) -> None:
             ) from None
 
 
-@click.command("worker")
+@click.command("worker", cls=app_loader.AppCommand)  # with the app's user_options
 @click.option(
     "--workflow",
     "-w",

@@ -6,7 +6,10 @@ import functools
 import importlib
 import logging
 import os
+import platform
 import threading
+import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -16,7 +19,7 @@ from pyrula.workflows.registry import Registry
 from pyrula.workflows.sync import WorkflowClient
 from pyrula_compat import _state, store
 from pyrula_compat.app import localtz
-from pyrula_compat.app.annotations import annotate
+from pyrula_compat.app.annotations import annotate, prepare
 from pyrula_compat.app.configure import ConfigureSignal, add_periodic, periodic_entry
 from pyrula_compat.app.control import Control
 from pyrula_compat.app.from_config import fill_from_config, own_value
@@ -30,6 +33,7 @@ from pyrula_compat.app.registry import (  # noqa: F401  (shared_task: Celery's p
     shared_task,
 )
 from pyrula_compat.app.task import Task as TaskBase
+from pyrula_compat.app.unsupported import BrokerAttributes
 from pyrula_compat.config import Settings, load_object
 from pyrula_compat.exceptions import ImproperlyConfigured
 from pyrula_compat.signals import Signal
@@ -43,16 +47,39 @@ SERIALIZER_KEYS = (
     "result_accept_content",
 )
 JSON_NAMES = frozenset({"json", "application/json"})
+DEFAULT_TASK_CLS = "pyrula_compat.app.task:Task"
+DJANGO_TASK_CLS = "pyrula_compat.contrib.django.task:DjangoTask"
 
 
-class Celery:
+def task_class(value: Any, what: str) -> type[TaskBase]:
+    """``value`` (a class or a ``"module:Class"`` path) as a Task subclass; anything
+    else is a TypeError naming it and ``what`` it was given as."""
+    cls = load_object(value) if isinstance(value, str) else value
+    if not (isinstance(cls, type) and issubclass(cls, TaskBase)):
+        raise TypeError(
+            f"{what}={value!r}: a task base class must subclass "
+            "pyrula_compat.Task (celery.Task), as in `class MyTask(app.Task): ...`"
+        )
+    return cls
+
+
+class Celery(BrokerAttributes):
     """A Celery app whose queue, results and schedules live in one pyrula store.
 
     ``broker`` picks the store (see :mod:`pyrula_compat.store`); ``backend`` may name
     the same server or be left out. Extra keyword arguments become settings.
+    ``task_cls`` (a Task subclass or ``"module:Class"``) is the base of the app's
+    tasks, as is a class assigned to ``app.Task`` later.
     """
 
     SYSTEM = "pyrula"
+    IS_macOS = platform.system() == "Darwin"
+    IS_WINDOWS = platform.system() == "Windows"
+    registry_cls = TaskRegistry
+    builtin_fixups = frozenset({"pyrula_compat.contrib.django"})
+    """Celery's Django fix-up: with ``DJANGO_SETTINGS_MODULE`` set the worker sets
+    Django up and runs its checks, and tasks default to ``DjangoTask``."""
+    backend_cls: Any = None
 
     def __init__(
         self,
@@ -79,6 +106,18 @@ class Celery:
         self.main = main
         self.namespace = namespace
         self.strict_typing = strict_typing
+        self.set_as_current = set_as_current
+        self.autofinalize = autofinalize
+        self.loader_cls: Any = loader or os.environ.get("CELERY_LOADER") or "app"
+        self.control_cls: Any = control or "pyrula_compat.app.control:Control"
+        self.fixups = set(self.builtin_fixups) if fixups is None else set(fixups)
+        self.use_fast_trace_task = False
+        self.steps: defaultdict[str, set[Any]] = defaultdict(set)
+        """User bootsteps: ``app.steps['worker'].add(MyStep)`` (and ``'consumer'``),
+        started and stopped with the worker (:mod:`pyrula_compat.bootsteps`)."""
+        self.user_options: defaultdict[str, set[Any]] = defaultdict(set)
+        """``app.user_options['worker'].add(click.Option(...))``: options of ``pyrula
+        worker -A`` whose values reach the worker's bootsteps."""
         self.conf = Settings()
         if broker:
             self.conf.preconfigure("broker_url", broker)
@@ -91,8 +130,10 @@ class Celery:
         if config_source is not None:
             self.config_from_object(config_source)
         if task_cls is None and "DJANGO_SETTINGS_MODULE" in os.environ:
-            task_cls = "pyrula_compat.contrib.django.task:DjangoTask"
-        self._task_cls = task_cls
+            task_cls = DJANGO_TASK_CLS
+        if task_cls is not None and not isinstance(task_cls, str):
+            task_class(task_cls, "task_cls")  # a wrong class fails here; a path when used
+        self.task_cls: type[TaskBase] | str = task_cls or DEFAULT_TASK_CLS
         self._tasks = TaskRegistry()
         self.registry = Registry()
         """The pyrula workflows of this app's tasks: what ``pyrula worker -A`` serves."""
@@ -118,9 +159,13 @@ class Celery:
 
         notices.make_notice_workflow(self, self.registry)  # task_revoked of queued tasks
         self._add_builtin_tasks()
+        self.on_init()
         _state.register_app(self)
         if set_as_current:
             _state.set_current_app(self)
+
+    def on_init(self) -> None:
+        """Called at the end of ``__init__`` (override in a subclass)."""
 
     def __repr__(self) -> str:
         return f"<Celery {self.main or '__main__'} at {id(self):#x}>"
@@ -245,16 +290,57 @@ class Celery:
     @property
     def tasks(self) -> TaskRegistry:
         if not self.finalized:
-            self.finalize()
+            self.finalize(auto=True)
         return self._tasks
 
     @property
     def Task(self) -> type[TaskBase]:
-        cls = self._task_cls
-        if isinstance(cls, str):
-            cls = load_object(cls)
-            self._task_cls = cls
-        return cls if cls is not None else TaskBase
+        """The base class of the tasks this app creates: ``task_cls`` bound to this app
+        (``class ContextTask(app.Task)`` belongs to it). Assign a Task subclass
+        (``app.Task = ContextTask``) to change it for the tasks created afterwards."""
+        cls = self.__dict__.get("_task_base")
+        if cls is None:
+            cls = self.__dict__["_task_base"] = self.create_task_cls()
+        return cls
+
+    @Task.setter
+    def Task(self, cls: type[TaskBase]) -> None:
+        self.__dict__["_task_base"] = task_class(cls, "app.Task")
+
+    def create_task_cls(self) -> type[TaskBase]:
+        """``task_cls`` subclassed and bound to this app (what ``app.Task`` is)."""
+        base = task_class(self.task_cls, "task_cls")
+        return self.subclass_with_self(base, name="Task", attribute="_app", abstract=True)
+
+    def subclass_with_self(
+        self,
+        Class: Any,
+        name: str | None = None,
+        attribute: str = "app",
+        reverse: str | None = None,
+        keep_reduce: bool = False,
+        **kw: Any,
+    ) -> type:
+        """A subclass of ``Class`` (or the ``"module:Class"`` it names) whose
+        ``attribute`` is this app."""
+        cls = load_object(Class) if isinstance(Class, str) else Class
+        attrs = {attribute: self, "__module__": cls.__module__, "__doc__": cls.__doc__, **kw}
+        return type(name or cls.__name__, (cls,), attrs)
+
+    @property
+    def annotations(self) -> list[Any]:
+        """``task_annotations`` prepared: a list of annotation objects."""
+        return prepare(self.conf.get("task_annotations"))
+
+    @property
+    def current_task(self) -> TaskBase | None:
+        """The task whose body runs in this thread, or None."""
+        return _state.get_current_task()
+
+    @property
+    def current_worker_task(self) -> TaskBase | None:
+        """The innermost task run by a worker (not called directly) in this thread."""
+        return _state.get_current_worker_task()
 
     def gen_task_name(self, name: str, module: str) -> str:
         if module == "__main__" and self.main:
@@ -263,8 +349,8 @@ class Celery:
 
     def task(self, *args: Any, **opts: Any) -> Any:
         """``@app.task`` or ``@app.task(name=..., bind=True, ...)``."""
-        if len(args) == 1 and callable(args[0]) and not opts:
-            return self._task_from_fun(args[0])
+        if len(args) == 1 and callable(args[0]):
+            return self._task_from_fun(args[0], **opts)
 
         def decorate(fun: Callable[..., Any]) -> TaskBase:
             return self._task_from_fun(fun, **opts)
@@ -286,17 +372,21 @@ class Celery:
         existing = self._tasks._tasks.get(name)
         if existing is not None and getattr(existing, "__wrapped__", None) is fun:
             return existing
-        task = build_task(fun, name, base or self.Task, bind, options)
-        task.bind(None if shared else self)  # type: ignore[arg-type]
-        if not shared:
-            task._app = self
+        base = task_class(base, "base") if base is not None else self.Task
+        task = build_task(fun, name, base, bind, {**options, "_shared": shared})
         self.register_task(task)
         return task
 
-    def register_task(self, task: TaskBase, **options: Any) -> TaskBase:
-        """Add ``task`` to this app and serve it as the workflow of the same name."""
+    def register_task(self, task: TaskBase | type[TaskBase], **options: Any) -> TaskBase:
+        """Add ``task`` (a Task subclass or its instance; named after its class if it
+        has no name) to this app, bind it to the app (a shared task keeps following
+        the current app) and serve it as the workflow of the same name."""
         if isinstance(task, type):
-            task = task()
+            task = task_class(task, "register_task")()
+        if not task.name:
+            cls: type = type(task)
+            task.name = self.gen_task_name(cls.__name__, cls.__module__)
+        type(task).bind(None if getattr(task, "_shared", False) else self)
         fill_from_config(task)
         conf = self.conf  # registering loads no configuration: it applies when loaded
         annotate(
@@ -330,8 +420,13 @@ class Celery:
             self._serve(task, only_if_changed=True)
 
     def finalize(self, auto: bool = False) -> None:
+        """Apply the settings to the tasks registered so far and send
+        ``on_after_finalize``; done on the first read of ``app.tasks`` unless the app
+        was made with ``autofinalize=False`` (then that read raises RuntimeError)."""
         if self.finalized:
             return
+        if auto and not self.autofinalize:
+            raise RuntimeError("Contract breach: app not finalized (autofinalize=False)")
         self.finalized = True
         # Annotations set after tasks were registered (shared tasks are, as an app is
         # made) apply now, as Celery applies them when it finalizes.
@@ -354,10 +449,11 @@ class Celery:
             index = kwargs.get("index")
             return args[index] if index is not None else args
 
-        self._task_from_fun(celery_map, name="celery.map")
-        self._task_from_fun(celery_starmap, name="celery.starmap")
-        self._task_from_fun(celery_chunks, name="celery.chunks", bind=True)
-        self._task_from_fun(celery_accumulate, name="celery.accumulate")
+        # On Task itself: task_cls may name a module that imports this app's module.
+        self._task_from_fun(celery_map, name="celery.map", base=TaskBase)
+        self._task_from_fun(celery_starmap, name="celery.starmap", base=TaskBase)
+        self._task_from_fun(celery_chunks, name="celery.chunks", bind=True, base=TaskBase)
+        self._task_from_fun(celery_accumulate, name="celery.accumulate", base=TaskBase)
 
     def autodiscover_tasks(
         self, packages: Any = None, related_name: str = "tasks", force: bool = False
@@ -472,11 +568,95 @@ class Celery:
 
     # -- current -----------------------------------------------------------------------
     def set_current(self) -> None:
+        """Make this the current app (``current_app``, shared tasks' app)."""
         _state.set_current_app(self)
 
     def set_default(self) -> None:
+        """Make this the default app, and the current one."""
         _state.set_default_app(self)
         _state.set_current_app(self)
+
+    # -- what Celery's app also offers ---------------------------------------------------
+    @property
+    def loader(self) -> Any:
+        """``app.loader``: an instance of ``loader_cls`` (:mod:`pyrula_compat.loaders`),
+        whose worker hooks the worker calls."""
+        loader = self.__dict__.get("_loader")
+        if loader is None:
+            from pyrula_compat.loaders import get_loader_cls
+
+            loader = self.__dict__["_loader"] = get_loader_cls(self.loader_cls)(app=self)
+        return loader
+
+    @property
+    def ResultSet(self) -> type:
+        from pyrula_compat.result import ResultSet
+
+        return self.subclass_with_self(ResultSet, attribute="_app")
+
+    def either(self, default_key: str, *defaults: Any) -> Any:
+        """The setting ``default_key``, else the first of ``defaults`` not None."""
+        for value in (self.conf.get(default_key), *defaults):
+            if value is not None:
+                return value
+        return None
+
+    @property
+    def oid(self) -> str:
+        """A unique id of this app in this process."""
+        value = self.__dict__.get("_oid")
+        if value is None:
+            value = self.__dict__["_oid"] = str(uuid.uuid4())
+        return value
+
+    @property
+    def thread_oid(self) -> str:
+        """A unique id of this app in this thread."""
+        local = self.__dict__.setdefault("_thread_oids", threading.local())
+        if not hasattr(local, "oid"):
+            local.oid = str(uuid.uuid4())
+        return local.oid  # type: ignore[no-any-return]
+
+    def prepare_config(self, c: Any) -> Any:
+        """Called with the configuration as it loads; returns it (override to change)."""
+        return c
+
+    def config_from_cmdline(self, argv: Iterable[str], namespace: str = "celery") -> None:
+        """Settings from ``key=value`` strings (``celery.task_always_eager=(bool)1``)."""
+        self.conf.update(self.loader.cmdline_config_parser(argv, namespace))
+
+    def uses_utc_timezone(self) -> bool:
+        return self.timezone_name() in ("UTC", "Etc/UTC")
+
+    def type_checker(self, fun: Callable[..., Any], bound: bool = False) -> Callable[..., None]:
+        """A function that raises TypeError when called with arguments ``fun`` does not
+        take (its ``self`` left out when ``bound``)."""
+        import inspect
+
+        signature = inspect.signature(fun)
+        if bound:
+            params = list(signature.parameters.values())[1:]
+            signature = signature.replace(parameters=params)
+
+        def check(*args: Any, **kwargs: Any) -> None:
+            signature.bind(*args, **kwargs)
+
+        return check
+
+    def bugreport(self) -> str:
+        """Versions and the settings' origin, for a bug report (as ``celery report``)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            pyrula_version = version("pyrula")
+        except PackageNotFoundError:
+            pyrula_version = "unknown"
+        return (
+            f"software -> pyrula_compat (pyrula {pyrula_version}) "
+            f"py:{platform.python_version()}\nplatform -> system:{platform.system()} "
+            f"arch:{platform.machine()}\nloader -> {self.loader_cls}\n"
+            f"settings -> broker_url:{self.conf.broker_url!r}"
+        )
 
     def __enter__(self) -> Celery:
         return self

@@ -4,6 +4,14 @@ A task object is a module-level instance whose class carries the decorator's opt
 as attributes (``add.max_retries``, ``add.queue``, even unknown ones). ``add.run`` is
 the plain function; ``add.delay`` / ``add.apply_async`` / ``add.retry`` are ordinary
 methods, so ``mock.patch("proj.tasks.add.delay")`` and ``add.delay = fake`` work.
+
+As in Celery, every way of calling a task goes through the methods of its class, so a
+base class that overrides them (``app.Task = ContextTask``) sees every call: ``delay``
+calls ``self.apply_async``, a signature calls its task's ``apply_async``, the worker
+and eager mode run the body through ``task.__call__`` when the class overrides it (else
+``task.run``), and the hooks (``before_start``, ``on_success``, ``on_retry``,
+``on_failure``, ``after_return``) get Celery's arguments. ``Task.app`` is a class
+property: the class's app, the current app while it has none (a shared task's).
 """
 
 from __future__ import annotations
@@ -12,11 +20,13 @@ import inspect
 import sys
 import threading
 from datetime import datetime
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any
 
 from pyrula_compat import _state, states
-from pyrula_compat.app.from_config import STRICT_TYPING, fill_from_config, from_config
-from pyrula_compat.exceptions import MaxRetriesExceededError, Retry
+from pyrula_compat.app.from_config import FROM_CONFIG, STRICT_TYPING, from_config
+from pyrula_compat.app.unsupported import Unsupported
+from pyrula_compat.exceptions import MaxRetriesExceededError, OperationalError, Retry
 from pyrula_compat.utils import uuid
 
 if TYPE_CHECKING:
@@ -61,10 +71,13 @@ class Context:
     children: Any = None
     periodic_task_name: str | None = None
 
+    _step: Any = None
+    """The StepContext of the attempt, on a worker."""
+    _retry: Retry | None = None
+    """A retry asked for with ``throw=False`` (the attempt ends as a retry)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.update(*args, **kwargs)
-        self._step: Any = None  # the StepContext of the attempt, on a worker
-        self._retry: Retry | None = None  # a retry asked for with throw=False
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         if not args and type(self) is Context:  # plain fields, no descriptors: at once
@@ -77,8 +90,57 @@ class Context:
     def get(self, key: str, default: Any = None) -> Any:
         return getattr(self, key, default)
 
+    def clear(self) -> None:
+        self.__dict__.clear()
+
+    def as_execution_options(self) -> dict[str, Any]:
+        """The call options that send this request's task again (Celery's names)."""
+        hard, soft = self.timelimit or (None, None)
+        return {
+            "task_id": self.id, "root_id": self.root_id, "parent_id": self.parent_id,
+            "group_id": self.group, "group_index": self.group_index, "shadow": self.shadow,
+            "chord": self.chord, "chain": self.chain, "link": self.callbacks,
+            "link_error": self.errbacks, "expires": self.expires, "soft_time_limit": soft,
+            "time_limit": hard, "headers": dict(self.headers or {}), "retries": self.retries,
+            "reply_to": self.reply_to, "replaced_task_nesting": self.replaced_task_nesting,
+            "origin": self.origin,
+        }  # fmt: skip
+
     def __repr__(self) -> str:
         return f"<Context: {self.id} retries={self.retries} eager={self.is_eager}>"
+
+
+class RequestStack(list[Context]):
+    """``Task.request_stack``: the requests of this thread, innermost last (Celery's
+    ``LocalStack``: ``top``, ``push``, ``pop``)."""
+
+    @property
+    def top(self) -> Context | None:
+        return self[-1] if self else None
+
+    def push(self, request: Context) -> None:
+        self.append(request)
+
+
+class AppProperty:
+    """``Task.app``, read on the class or a task: the class's app, bound on first use
+    to the current app when the class has none (as Celery's ``class_property``).
+    Assigning it on a task binds the task's class (``Task.bind``)."""
+
+    def __get__(self, task: Task | None, owner: type[Task] | None = None) -> Celery:
+        if owner is None:
+            assert task is not None
+            owner = type(task)
+        return owner._get_app()
+
+    def __set__(self, task: Task, app: Celery) -> None:
+        type(task).bind(app)
+
+
+NO_STRATEGY = (
+    "pyrula's worker claims runs from the store and runs them itself; to act around "
+    "each run, override __call__ or before_start, or connect task_prerun"
+)
 
 
 class Task:
@@ -118,30 +180,85 @@ class Task:
     queue: str | None = None
     resultrepr_maxsize: int = 1024
     abstract: bool = True
+    from_config: tuple[tuple[str, str], ...] = FROM_CONFIG
+    """Task attribute -> the setting it reads when left None, as in Celery."""
     MaxRetriesExceededError = MaxRetriesExceededError
+    OperationalError = OperationalError
     Request = Context
+    Strategy = Unsupported("the worker's consumer strategy for kombu messages", NO_STRATEGY)
+    start_strategy = Unsupported("how the worker's consumer starts a strategy", NO_STRATEGY)
+    add_to_chord = Unsupported(
+        "adding a task to the running chord's header",
+        "a chord's header is fixed when it is sent; build the whole header first, or "
+        "self.replace(chord(header, body)) to go on with a new chord",
+    )
 
     _app: Celery | None = None
+    __bound__: bool = False
+    __class_getitem__: Any = classmethod(GenericAlias)  # ``Task[P, R]`` in annotations
 
     # -- identity ------------------------------------------------------------------------
-    @property
-    def app(self) -> Celery:
-        """The app the task belongs to; a shared task answers the current app."""
-        return self._app if self._app is not None else _state.get_current_app()
+    app = AppProperty()
+    """The app the task belongs to; a class with none (a shared task's) reads the
+    current app."""
 
-    @app.setter
-    def app(self, value: Celery) -> None:
-        self._app = value
+    @classmethod
+    def _get_app(cls) -> Celery:
+        app = cls._app
+        if app is None:  # a shared task follows the current app; nothing is frozen
+            return _state.get_current_app()
+        if not cls.__bound__:  # ``_app`` set on the class directly: bind on first use
+            cls.bind(app)
+        return app
+
+    @classmethod
+    def bind(cls, app: Celery | None) -> Celery | None:
+        """Bind the task class to ``app`` (None: the current app, whichever it is),
+        then call :meth:`on_bound`; returns ``app``, as in Celery. The attributes
+        Celery's ``bind`` copies from the configuration read it on every use here."""
+        cls._app = app
+        cls.__bound__ = True
+        if app is not None:
+            cls.on_bound(app)
+        return app
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        """Called when the class is bound to ``app`` (override in a base class)."""
+
+    @classmethod
+    def annotate(cls) -> None:
+        """Apply the app's ``task_annotations`` for this task to its class."""
+        from pyrula_compat.app.annotations import annotate
+
+        app = cls._get_app()
+        annotate(cls, app.conf.get("task_annotations"))
+
+    @classmethod
+    def add_around(cls, attr: str, around: Any) -> None:
+        """Replace method ``attr`` by ``around(method)`` (the ``"@attr"`` annotations);
+        wrapping again wraps the original, as in Celery."""
+        original = getattr(cls, attr)
+        original = getattr(original, "__wrapped__", None) or original
+        method = around(original)
+        method.__wrapped__ = original
+        setattr(cls, attr, method)
 
     @property
     def backend(self) -> Any:
-        """The app's result backend (the store): ``self.backend.store_result(...)``."""
-        return self.app.backend
+        """The app's result backend (the store): ``self.backend.store_result(...)``;
+        assignable per task, as in Celery."""
+        own = self.__dict__.get("_backend")
+        return own if own is not None else self.app.backend
 
-    def bind(self, app: Celery) -> Task:
-        self._app = app
-        fill_from_config(self)
-        return self
+    @backend.setter
+    def backend(self, value: Any) -> None:
+        self.__dict__["_backend"] = value
+
+    @property
+    def __name__(self) -> str:
+        cls: type = type(self)
+        return cls.__name__
 
     def __repr__(self) -> str:
         return f"<@task: {self.name}>"
@@ -151,11 +268,13 @@ class Task:
         raise NotImplementedError("Tasks must define the run method.")
 
     # -- the request --------------------------------------------------------------------
-    def _stack(self) -> list[Context]:
+    def _stack(self) -> RequestStack:
         local = self.__dict__.get("_request_local")
         if local is None:
             local = self.__dict__.setdefault("_request_local", threading.local())
-        stack: list[Context] = local.__dict__.setdefault("stack", [])
+        stack: RequestStack | None = local.__dict__.get("stack")
+        if stack is None:
+            stack = local.__dict__["stack"] = RequestStack()
         return stack
 
     @property
@@ -164,11 +283,15 @@ class Task:
         return stack[-1] if stack else Context()
 
     @property
-    def request_stack(self) -> list[Context]:
+    def request_stack(self) -> RequestStack:
         return self._stack()
 
     def push_request(self, *args: Any, **kwargs: Any) -> None:
-        self._stack().append(Context(*args, **kwargs))
+        """Push a request made of the current one updated with ``args``/``kwargs``, as
+        Celery does (a ``__call__`` inside the worker keeps the worker's request)."""
+        stack = self._stack()
+        current = stack[-1].__dict__ if stack else {}
+        stack.append(Context(*args, **{**current, **kwargs}))
 
     def pop_request(self) -> None:
         stack = self._stack()
@@ -177,19 +300,20 @@ class Task:
 
     # -- calling ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the body here: directly (``request.called_directly``), or for the worker."""
-        stack = self._stack()
-        executing = bool(stack) and getattr(stack[-1], "_executing", False)
-        if executing:
-            stack[-1]._executing = False  # type: ignore[attr-defined]
-            return self.run(*args, **kwargs)
+        """Run the body here, as Celery's ``Task.__call__``: called directly
+        (``request.called_directly``), or by the worker and eager mode when a class
+        overrides ``__call__`` and calls ``super().__call__`` (or ``self.run``)."""
         _state.push_task(self)
         self.push_request(args=args, kwargs=kwargs)
+        stack = self._stack()
+        pushed = stack[-1]
         try:
             return self.run(*args, **kwargs)
         finally:
             self.pop_request()
             _state.pop_task()
+            if pushed._retry is not None and stack:  # retry(throw=False): the attempt's
+                stack[-1]._retry = pushed._retry
 
     def check_arguments(self, *args: Any, **kwargs: Any) -> None:
         """Raise TypeError when the arguments don't fit the body's signature."""
@@ -238,6 +362,9 @@ class Task:
         kwargs = dict(kwargs or {})
         if self._typing():
             self.check_arguments(*args, **kwargs)
+        shadow = shadow or self.shadow_name(args, kwargs, options)
+        if shadow:  # the worker's request.shadow: the name its logs show
+            options["headers"] = {**dict(options.get("headers") or {}), "shadow": shadow}
         app = self.app
         if app.conf.task_always_eager:
             from pyrula_compat import eager
@@ -284,6 +411,11 @@ class Task:
             headers=headers, options=options, serialize=False,
         )  # fmt: skip
 
+    def shadow_name(self, args: Any, kwargs: Any, options: Any) -> str | None:
+        """Override to give a call another name in the worker's logs and
+        ``request.shadow`` (None: the task's name)."""
+        return None
+
     def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:
         from pyrula_compat.result import AsyncResult
 
@@ -297,6 +429,26 @@ class Task:
         return Signature(self, args, *starargs, **starkwargs)
 
     subtask = signature
+
+    def signature_from_request(
+        self,
+        request: Context | None = None,
+        args: Any = None,
+        kwargs: Any = None,
+        queue: str | None = None,
+        **extra_options: Any,
+    ) -> Signature:
+        """The signature that sends the running request's task again (its id, root,
+        parent, links, headers...), with ``args``/``kwargs`` replacing its own."""
+        request = self.request if request is None else request
+        args = request.args if args is None else args
+        kwargs = request.kwargs if kwargs is None else kwargs
+        options = {**request.as_execution_options(), **extra_options}
+        if queue:
+            options["queue"] = queue
+        return self.signature(args, kwargs, options, **extra_options)
+
+    subtask_from_request = signature_from_request
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         return self.signature(args, kwargs)
@@ -414,14 +566,16 @@ class Task:
         """Called when the task failed for good."""
 
     def on_retry(
-        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+        self, exc: BaseException | None, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
-        """Called when the task will be retried."""
+        """Called when the task will be retried: ``exc`` is the exception given to
+        ``retry()`` (None if none), ``einfo`` that of the ``Retry``."""
 
     def after_return(
         self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
-        """Called after the task succeeded or failed for good (not on a retry)."""
+        """Called after the task succeeded or failed for good (not on a retry);
+        ``einfo`` is None, as Celery's worker passes it."""
 
     def on_replace(self, sig: Any) -> Any:
         """Called by :meth:`replace` to run ``sig`` in this task's place; an override

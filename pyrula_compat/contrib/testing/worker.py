@@ -4,6 +4,7 @@ one-file scripts (as ``celery.contrib.testing.worker.start_worker``)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ class TestWorker:
 
     def start(self) -> None:
         app = self.app
-        setup = self._setup = AppWorker(app)
+        setup = self._setup = AppWorker(app, hostname=f"celery@{socket.gethostname()}")
         setup.prepare()
         url = app.store_url()
         store = app.client().store if (url or "").startswith("memory") else open_store(url)
@@ -48,9 +49,9 @@ class TestWorker:
 
         async def main() -> None:
             await store.open()
-            await setup.on_start(store)
-            ready.set()
             try:
+                await setup.on_start(store)  # the app's bootsteps start here
+                ready.set()
                 await worker.run()
             finally:
                 if store is not app.client().store:
@@ -66,7 +67,9 @@ class TestWorker:
         self._thread = threading.Thread(target=target, name="pyrula-compat-worker", daemon=True)
         self._thread.start()
         ready.wait(self._startup_timeout)
-        if failure:
+        if failure:  # a bootstep that failed to start: BootstepError naming it
+            self._thread.join(self._startup_timeout)
+            self.worker = self._thread = self._setup = None
             raise failure[0]
 
     def stop(self, timeout: float = 10.0) -> bool:

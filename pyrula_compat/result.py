@@ -2,9 +2,10 @@
 
 A task id is a run id. States map from the run's status: queued (or no such run)
 ``PENDING``; running ``PENDING`` as in Celery, ``STARTED`` with ``task_track_started``
-(or the custom state ``update_state`` reported); sleeping between attempts ``RETRY``; completed ``SUCCESS``; failed or dead ``FAILURE``;
-cancelled, terminated or expired ``REVOKED``. ``get()`` waits on the store (no polling)
-and re-raises the task's own exception class with its message.
+(or the custom state ``update_state`` reported); sleeping between attempts ``RETRY``;
+completed ``SUCCESS``; failed or dead ``FAILURE``; cancelled, terminated or expired
+``REVOKED``. ``get()`` waits on the store (no polling) and re-raises the task's own
+exception class with its message.
 """
 
 from __future__ import annotations

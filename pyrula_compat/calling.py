@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord
 from pyrula.workflows.errors import IdempotencyConflict, InvalidRunState
-from pyrula_compat import _state, codec, trail
+from pyrula_compat import _state, codec, publish_retry, trail
 from pyrula_compat.result import AsyncResult, served
 from pyrula_compat.runstate import REVOKED_TASK
 from pyrula_compat.signals import after_task_publish, before_task_publish
@@ -235,29 +235,35 @@ def submit(
     params = task_params(
         args, kwargs, app=app, link=link, link_error=link_error, headers=headers, extra=extra
     )
-    _publish(before_task_publish, name, task_id, params, options)
-    client = app.client()
+    retry, policy = publish_retry.policy_of(app, options)
+    _publish(before_task_publish, name, task_id, params, options, policy)
     key = (chosen or None) if keyed else None
-    try:
-        client.submit(
-            name, params, run_id=task_id, idempotency_key=key, delay=delay,
-            start_at=start_at, expires_at=expires_at, fresh_id=not chosen,
-            keep_key_order=True,  # a task gets its dicts in the order sent, as with kombu
-        )  # fmt: skip
-    except (InvalidRunState, IdempotencyConflict) as exc:
-        if not chosen:
-            raise
-        record = client.get_run(task_id)
-        if record is not None and record.workflow == REVOKED_TASK:
-            log.info("task %s[%s] was revoked before it was sent: discarded", name, task_id)
-            from pyrula_compat import notices
 
-            notices.send(client, name, task_id, json.loads(json.dumps(params)))
-        elif (key is not None and isinstance(exc, InvalidRunState)) or not _same_submission(
-            record, name, params
-        ):
-            raise
-    _publish(after_task_publish, name, task_id, params, options)
+    def attempt(tries: int) -> None:
+        client = app.client()
+        try:
+            client.submit(
+                name, params, run_id=task_id, idempotency_key=key, delay=delay,
+                start_at=start_at, expires_at=expires_at,
+                fresh_id=not chosen and tries == 1,  # a retry may find its first try's run
+                keep_key_order=True,  # a task gets its dicts in the order sent, as with kombu
+            )  # fmt: skip
+        except (InvalidRunState, IdempotencyConflict) as exc:
+            if not chosen and tries == 1:
+                raise
+            record = client.get_run(task_id)
+            if record is not None and record.workflow == REVOKED_TASK:
+                log.info("task %s[%s] was revoked before it was sent: discarded", name, task_id)
+                from pyrula_compat import notices
+
+                notices.send(client, name, task_id, json.loads(json.dumps(params)))
+            elif (key is not None and isinstance(exc, InvalidRunState)) or not _same_submission(
+                record, name, params
+            ):
+                raise
+
+    publish_retry.send(f"task {name}[{task_id}]", attempt, retry, policy)
+    _publish(after_task_publish, name, task_id, params, options, policy)
     if task is None and name not in app.tasks:
         _warn_if_unserved(app, name)
     # The task's own result class (an AbortableTask's can abort), as Celery's result_cls.
@@ -344,7 +350,9 @@ def _stable(params: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "headers": headers} if headers else rest
 
 
-def _publish(signal: Any, name: str, task_id: str, params: dict[str, Any], options: Any) -> None:
+def _publish(
+    signal: Any, name: str, task_id: str, params: dict[str, Any], options: Any, policy: Any
+) -> None:
     if not signal.has_listeners(name):
         return
     headers = {"id": task_id, "task": name, "root_id": params.get("root_id", task_id)}
@@ -352,7 +360,7 @@ def _publish(signal: Any, name: str, task_id: str, params: dict[str, Any], optio
     body = (params["args"], params["kwargs"], {"callbacks": params.get("link")})
     signal.send(
         sender=name, body=body, exchange="", routing_key=options.get("queue") or "celery",
-        headers=headers, properties={}, declare=[], retry_policy=None,
+        headers=headers, properties={}, declare=[], retry_policy=policy,
     )  # fmt: skip
 
 

@@ -45,7 +45,7 @@ DEFAULT_SCHEDULERS = ("celery.beat:PersistentScheduler", "celery.beat.Persistent
 """Celery's default ``beat_scheduler`` (the setting's default): nothing to warn about."""
 
 
-def _params(app: Celery, key: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _params(app: Celery, key: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     params: dict[str, Any] = {
         "args": codec.to_json(list(entry.get("args") or ())),
         "kwargs": codec.to_json(dict(entry.get("kwargs") or {})),

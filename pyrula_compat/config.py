@@ -94,11 +94,6 @@ def new_name(key: str, namespace: str | None = None) -> str | None:
     return None
 
 
-def partial_new_name(source: Source) -> Callable[[str], str | None]:
-    """:func:`new_name` under ``source``'s namespace."""
-    return lambda key: new_name(key, source.namespace)
-
-
 def check_not_mixed(keys: set[str]) -> None:
     """Raise :class:`ImproperlyConfigured` when ``keys`` (a source's, read without a
     namespace) use both Celery 3 names and new ones, as Celery does: the minority style
@@ -147,7 +142,7 @@ class Source:
         self.namespace = namespace
         self.prefix = namespace.rstrip("_") + "_" if namespace else None
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         """The names the source defines now (an object's public attributes)."""
         if isinstance(self.obj, Mapping):
             return [key for key in self.obj if isinstance(key, str)]
@@ -276,7 +271,7 @@ class Settings(MutableMapping[str, Any]):
                 raise
             loaded = Source(obj, namespace)
             if namespace is None:
-                check_not_mixed(set(loaded.keys()))
+                check_not_mixed(set(loaded.names()))
             pending.pop(0)
             self._sources.insert(0, loaded)  # the latest source is read first
 
@@ -313,7 +308,8 @@ class Settings(MutableMapping[str, Any]):
     def _keys(self) -> list[str]:
         found: list[str] = [*self._defaults, *self._preconf, *self._changes]
         for source in self._sources:
-            found.extend(n for n in map(partial_new_name(source), source.keys()) if n)
+            names = (new_name(key, source.namespace) for key in source.names())
+            found.extend(name for name in names if name)
         return list(dict.fromkeys(found))
 
     def __iter__(self) -> Iterator[str]:

@@ -135,12 +135,13 @@ class Source:
     """A configuration source as loaded: the object itself (a module, class, instance,
     mapping or Django's lazy settings), read on every lookup, and its namespace."""
 
-    __slots__ = ("namespace", "obj", "prefix")
+    __slots__ = ("_candidates", "namespace", "obj", "prefix")
 
     def __init__(self, obj: Any, namespace: str | None) -> None:
         self.obj = obj
         self.namespace = namespace
         self.prefix = namespace.rstrip("_") + "_" if namespace else None
+        self._candidates: dict[str, tuple[str, ...]] = {}
 
     def names(self) -> list[str]:
         """The names the source defines now (an object's public attributes)."""
@@ -152,27 +153,32 @@ class Source:
         """The names ``key`` (setting ``name``) is looked up under, in Celery's order
         (``ConfigurationView._to_keys``): with a namespace its prefixed name in the
         prefix's case first, then the key, the setting's name and its old names."""
-        keys = [key, name, *OLD_NAMES_OF.get(name, ())]
-        prefix = self.prefix
-        if prefix:
-            prefixed = key if key.startswith(prefix) else prefix + key
-            keys.insert(0, prefixed.upper() if prefix.isupper() else prefixed.lower())
-        return tuple(dict.fromkeys(keys))
+        found = self._candidates.get(key)
+        if found is None:
+            keys = [key, name, *OLD_NAMES_OF.get(name, ())]
+            prefix = self.prefix
+            if prefix:
+                prefixed = key if key.startswith(prefix) else prefix + key
+                keys.insert(0, prefixed.upper() if prefix.isupper() else prefixed.lower())
+            found = tuple(dict.fromkeys(keys))
+            if len(self._candidates) < 4096:  # keys are setting names: a bounded set
+                self._candidates[key] = found
+        return found
 
     def lookup(self, key: str, name: str) -> Any:
         """The source's value for ``key``, or ``_MISSING``: read now, so a value changed
         on the object since (``override_settings``, ``monkeypatch.setattr``, assigning a
         module attribute) is the one returned."""
         obj = self.obj
-        for candidate in self.candidates(key, name):
-            if isinstance(obj, Mapping):
+        if isinstance(obj, Mapping):
+            for candidate in self.candidates(key, name):
                 if candidate in obj:
                     return obj[candidate]
-                continue
-            try:
-                return getattr(obj, candidate)
-            except AttributeError:
-                continue
+            return _MISSING
+        for candidate in self.candidates(key, name):
+            value = getattr(obj, candidate, _MISSING)
+            if value is not _MISSING:
+                return value
         return _MISSING
 
 

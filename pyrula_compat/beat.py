@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import Schedule, Store
+from pyrula.workflows.errors import InvalidSchedule
 from pyrula_compat import codec
 from pyrula_compat.exceptions import ImproperlyConfigured
 from pyrula_compat.schedules import crontab, maybe_schedule, schedule, solar
@@ -43,7 +45,7 @@ DEFAULT_SCHEDULERS = ("celery.beat:PersistentScheduler", "celery.beat.Persistent
 """Celery's default ``beat_scheduler`` (the setting's default): nothing to warn about."""
 
 
-def _params(app: Celery, key: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _params(app: Celery, key: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     params: dict[str, Any] = {
         "args": codec.to_json(list(entry.get("args") or ())),
         "kwargs": codec.to_json(dict(entry.get("kwargs") or {})),
@@ -61,26 +63,42 @@ def _params(app: Celery, key: str, entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def schedules_of(app: Celery) -> list[Schedule]:
-    """The app's beat entries as pyrula schedules (raises for one that cannot work)."""
+    """The app's beat entries as pyrula schedules. An entry that cannot work (no task, a
+    schedule of no known type, every 0 s or a negative or NaN number of seconds) raises
+    :class:`ImproperlyConfigured` naming the entry and the setting: one line that
+    ``pyrula worker -A`` and ``pyrula beat -A`` show as they stop."""
     tz = app.timezone_name()
     out: list[Schedule] = []
     for key, entry in dict(app.conf.beat_schedule or {}).items():
+        where = f"beat_schedule[{key!r}]"
+        if not isinstance(entry, Mapping):
+            raise ImproperlyConfigured(
+                f"{where}: an entry is a dict with 'task' and 'schedule', got {entry!r}"
+            )
         task = entry.get("task")
         if not isinstance(task, str) or not task:
-            raise ImproperlyConfigured(f"beat_schedule[{key!r}] names no task")
-        when = maybe_schedule(entry.get("schedule"))
+            raise ImproperlyConfigured(f"{where} names no task")
+        try:
+            when = maybe_schedule(entry.get("schedule"))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ImproperlyConfigured(
+                f"{where}: schedule {entry.get('schedule')!r}: {exc}"
+            ) from None
         params = {k: v for k, v in _params(app, str(key), entry).items() if v is not None}
         if isinstance(when, solar):
             raise ImproperlyConfigured(
-                f"beat_schedule[{key!r}]: solar schedules are not supported by pyrula; "
+                f"{where}: solar schedules are not supported by pyrula; "
                 "use a crontab at the local time you want"
             )
         if not isinstance(when, (crontab, schedule)):
             raise ImproperlyConfigured(
-                f"beat_schedule[{key!r}]: schedule {when!r} is not a crontab, a schedule, "
+                f"{where}: schedule {when!r} is not a crontab, a schedule, "
                 "a timedelta or a number of seconds"
             )
-        out.append(when.schedule_for(task, params, str(key), tz))
+        try:
+            out.append(when.schedule_for(task, params, str(key), tz))
+        except (InvalidSchedule, ValueError, TypeError) as exc:
+            raise ImproperlyConfigured(f"{where}: schedule {when!r}: {exc}") from None
     return out
 
 

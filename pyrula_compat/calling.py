@@ -15,8 +15,11 @@ the broker options are accepted and have no effect.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
+import math
+import numbers
 import os
 import socket
 import time
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import RunRecord
 from pyrula.workflows.errors import IdempotencyConflict, InvalidRunState
-from pyrula_compat import _state, codec, trail
+from pyrula_compat import _state, codec, publish_retry, trail
 from pyrula_compat.result import AsyncResult, served
 from pyrula_compat.runstate import REVOKED_TASK
 from pyrula_compat.signals import after_task_publish, before_task_publish
@@ -44,29 +47,100 @@ def aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def eta_datetime(value: Any) -> datetime | None:
+def eta_datetime(value: Any, task: str | None = None, option: str = "eta") -> datetime | None:
     """A task's ``eta`` option as an aware datetime: ``None`` stays ``None``, an ISO 8601
     string is parsed, and a naive datetime is taken as UTC (as Celery's worker reads it).
 
-    Raises TypeError for anything else.
+    Raises TypeError (ValueError for a string that is no date) naming the option.
     """
     if value is None:
         return None
     if isinstance(value, str):
-        value = datetime.fromisoformat(value)
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"{_who(task)}{option}={value!r} is not an ISO 8601 date and time "
+                "(e.g. '2030-01-01T12:00:00+00:00')"
+            ) from None
     if isinstance(value, datetime):
         return aware(value)
-    raise TypeError(f"eta must be a datetime or an ISO 8601 string, got {value!r}")
+    raise TypeError(
+        f"{_who(task)}{option} takes a datetime or an ISO 8601 string, got "
+        f"{type(value).__name__} {value!r} (use countdown= for a number of seconds)"
+    )
 
 
-def _expiry(value: Any) -> datetime | None:
+def _who(task: str | None) -> str:
+    return f"task {task}: " if task else ""
+
+
+def seconds(option: str, value: Any, task: str | None = None) -> float:
+    """``countdown`` (or a relative ``expires``) as a finite number of seconds: a
+    string, a bool, NaN or an infinity is refused with TypeError or ValueError naming the
+    task and the option."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{_who(task)}{option} takes a number of seconds (int or float), got "
+            f"{type(value).__name__} {value!r}"
+        )
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{_who(task)}{option} must be a finite number of seconds, got {value!r}")
+    if number > MAX_SECONDS:
+        raise ValueError(
+            f"{_who(task)}{option}={value!r} seconds is past the last date Python can hold"
+        )
+    return number
+
+
+MAX_SECONDS = (datetime.max.replace(tzinfo=UTC) - datetime(2100, 1, 1, tzinfo=UTC)).total_seconds()
+"""The longest countdown or expiry taken: from any date before 2100, one more would
+pass ``datetime.max``."""
+
+
+def _expiry(value: Any, task: str | None = None) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(time.time() + float(value), UTC)
-    return eta_datetime(value)
+    if isinstance(value, (str, datetime)):
+        return eta_datetime(value, task, "expires")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{_who(task)}expires takes a number of seconds, a timedelta, a datetime or "
+            f"an ISO 8601 string, got {type(value).__name__} {value!r}"
+        )
+    return datetime.fromtimestamp(time.time() + seconds("expires", value, task), UTC)
+
+
+def check_call(name: str, args: Any, kwargs: Any, options: Mapping[str, Any]) -> None:
+    """Refuse, before anything is stored or run, what Celery refuses when it sends a
+    task: args that are no list or tuple, kwargs that are no mapping (:func:`check_args`),
+    and a ``countdown``, ``eta`` or ``expires`` of the wrong type or not finite
+    (``float("nan")``). Each error names the task and the option."""
+    check_args(name, args, kwargs)
+    if options.get("countdown") is not None:
+        seconds("countdown", options["countdown"], name)
+    if options.get("eta") is not None:
+        eta_datetime(options["eta"], name)
+    if options.get("expires") is not None:
+        _expiry(options["expires"], name)
+
+
+def check_args(name: str, args: Any, kwargs: Any) -> None:
+    """TypeError naming task ``name`` for args that are no list or tuple, or kwargs that
+    are no mapping, as Celery refuses them."""
+    if args is not None and not isinstance(args, (list, tuple)):
+        raise TypeError(
+            f"task {name}: args must be a list or tuple, got {type(args).__name__} {args!r}"
+            " (one argument is args=(value,))"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(
+            f"task {name}: kwargs must be a mapping (a dict of keyword arguments), got "
+            f"{type(kwargs).__name__} {kwargs!r}"
+        )
 
 
 def frozen(sigs: Any, app: Celery) -> list[dict[str, Any]] | None:
@@ -139,18 +213,19 @@ def submit(
     chosen by the caller, so it is not made the idempotency key (``canvas.GENERATED_ID``);
     submitting it again finds the first run, as a key would."""
     options = dict(options or {})
+    check_args(name, args, kwargs)  # the times are checked as they are read, below
     chosen = task_id or options.pop("task_id", None)
     task_id = chosen or uuid()
     countdown = options.get("countdown")
-    eta = eta_datetime(options.get("eta"))
+    eta = eta_datetime(options.get("eta"), name)
     delay: float | None = None
     start_at: datetime | None = None
     if countdown is not None:
-        delay = max(0.0, float(countdown))
+        delay = max(0.0, seconds("countdown", countdown, name))
         eta = datetime.now(UTC) + timedelta(seconds=delay)
     elif eta is not None:
         start_at = eta
-    expires_at = _expiry(options.get("expires"))
+    expires_at = _expiry(options.get("expires"), name)
     headers = {**(options.get("headers") or {}), ORIGIN: options.get("origin") or anon_nodename()}
     if eta is not None or expires_at is not None:  # Celery 5's protocol 2 headers
         headers = {**(headers or {}), **_times(eta, expires_at)}
@@ -160,29 +235,35 @@ def submit(
     params = task_params(
         args, kwargs, app=app, link=link, link_error=link_error, headers=headers, extra=extra
     )
-    _publish(before_task_publish, name, task_id, params, options)
-    client = app.client()
+    retry, policy = publish_retry.policy_of(app, options)
+    _publish(before_task_publish, name, task_id, params, options, policy)
     key = (chosen or None) if keyed else None
-    try:
-        client.submit(
-            name, params, run_id=task_id, idempotency_key=key, delay=delay,
-            start_at=start_at, expires_at=expires_at, fresh_id=not chosen,
-            keep_key_order=True,  # a task gets its dicts in the order sent, as with kombu
-        )  # fmt: skip
-    except (InvalidRunState, IdempotencyConflict) as exc:
-        if not chosen:
-            raise
-        record = client.get_run(task_id)
-        if record is not None and record.workflow == REVOKED_TASK:
-            log.info("task %s[%s] was revoked before it was sent: discarded", name, task_id)
-            from pyrula_compat import notices
 
-            notices.send(client, name, task_id, json.loads(json.dumps(params)))
-        elif (key is not None and isinstance(exc, InvalidRunState)) or not _same_submission(
-            record, name, params
-        ):
-            raise
-    _publish(after_task_publish, name, task_id, params, options)
+    def attempt(tries: int) -> None:
+        client = app.client()
+        try:
+            client.submit(
+                name, params, run_id=task_id, idempotency_key=key, delay=delay,
+                start_at=start_at, expires_at=expires_at,
+                fresh_id=not chosen and tries == 1,  # a retry may find its first try's run
+                keep_key_order=True,  # a task gets its dicts in the order sent, as with kombu
+            )  # fmt: skip
+        except (InvalidRunState, IdempotencyConflict) as exc:
+            if not chosen and tries == 1:
+                raise
+            record = client.get_run(task_id)
+            if record is not None and record.workflow == REVOKED_TASK:
+                log.info("task %s[%s] was revoked before it was sent: discarded", name, task_id)
+                from pyrula_compat import notices
+
+                notices.send(client, name, task_id, json.loads(json.dumps(params)))
+            elif (key is not None and isinstance(exc, InvalidRunState)) or not _same_submission(
+                record, name, params
+            ):
+                raise
+
+    publish_retry.send(f"task {name}[{task_id}]", attempt, retry, policy)
+    _publish(after_task_publish, name, task_id, params, options, policy)
     if task is None and name not in app.tasks:
         _warn_if_unserved(app, name)
     # The task's own result class (an AbortableTask's can abort), as Celery's result_cls.
@@ -269,7 +350,9 @@ def _stable(params: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "headers": headers} if headers else rest
 
 
-def _publish(signal: Any, name: str, task_id: str, params: dict[str, Any], options: Any) -> None:
+def _publish(
+    signal: Any, name: str, task_id: str, params: dict[str, Any], options: Any, policy: Any
+) -> None:
     if not signal.has_listeners(name):
         return
     headers = {"id": task_id, "task": name, "root_id": params.get("root_id", task_id)}
@@ -277,5 +360,57 @@ def _publish(signal: Any, name: str, task_id: str, params: dict[str, Any], optio
     body = (params["args"], params["kwargs"], {"callbacks": params.get("link")})
     signal.send(
         sender=name, body=body, exchange="", routing_key=options.get("queue") or "celery",
-        headers=headers, properties={}, declare=[], retry_policy=None,
+        headers=headers, properties={}, declare=[], retry_policy=policy,
     )  # fmt: skip
+
+
+def call_error(
+    name: str, signature: inspect.Signature, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+    error: TypeError,
+) -> str:  # fmt: skip
+    """What Python says of calling task ``name``'s body with these arguments, in the
+    order Python checks them (too many positional, an unexpected or repeated keyword, a
+    missing argument), the task's name standing for the function's: the message Celery
+    shows (``add() got an unexpected keyword argument 'z'``), with the task named in
+    full. ``error`` (``Signature.bind``'s) when none of these applies."""
+    kinds = inspect.Parameter
+    params = list(signature.parameters.values())
+    positional = [
+        p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    var_args = any(p.kind is kinds.VAR_POSITIONAL for p in params)
+    var_kwargs = any(p.kind is kinds.VAR_KEYWORD for p in params)
+    if not var_args and len(args) > len(positional):
+        required = sum(p.default is kinds.empty for p in positional)
+        takes = (
+            f"from {required} to {len(positional)}"
+            if required < len(positional)
+            else len(positional)
+        )
+        given = f"{len(args)} {'was' if len(args) == 1 else 'were'} given"
+        plural = "" if takes == 1 else "s"
+        return f"{name}() takes {takes} positional argument{plural} but {given}"
+    named = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
+    filled = {p.name for p in positional[: len(args)]}
+    for key in kwargs:
+        if key in filled and key in named:
+            return f"{name}() got multiple values for argument {key!r}"
+        if key not in named and not var_kwargs:
+            return f"{name}() got an unexpected keyword argument {key!r}"
+    for kind, label in (
+        (positional, "positional"),
+        ([p for p in params if p.kind is kinds.KEYWORD_ONLY], "keyword-only"),
+    ):
+        missing = [
+            p.name
+            for p in kind
+            if p.default is kinds.empty and p.name not in filled and p.name not in kwargs
+        ]
+        if missing:
+            quoted = [repr(m) for m in missing]
+            listed = (
+                quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+            )
+            plural = "" if len(missing) == 1 else "s"
+            return f"{name}() missing {len(missing)} required {label} argument{plural}: {listed}"
+    return f"{name}(): {error}"

@@ -8,16 +8,24 @@ namespace="CELERY")`` in ``proj/celery.py`` does not import Django settings befo
 Django is ready. A source that does not import raises its ``ImportError`` there, and one
 that mixes Celery 3 names (``CELERY_ALWAYS_EAGER``) with new ones (``task_default_queue``)
 raises :class:`ImproperlyConfigured` naming the renames, as Celery's ``detect_settings``
-does. Setting a value (``conf.X = Y``, ``conf.update``) loads nothing. Every setting is
-read when it is used, never cached, so ``app.conf.task_always_eager = True`` at run time
-takes effect on the next call.
+does. Setting a value (``conf.X = Y``, ``conf.update``) loads nothing.
+
+A loaded source is kept, not copied: every lookup reads it, as Celery's ``Settings`` (a
+``ChainMap`` over the changes, the source and the defaults) does. So a setting changed on
+the source later (Django's ``override_settings``, ``monkeypatch.setattr(settings,
+"CELERY_TASK_ALWAYS_EAGER", True)``, assigning a module attribute) takes effect at the
+next call, and ``app.conf.task_always_eager = True`` (or ``conf.update``) wins over the
+source. A setting is looked up under Celery's names: with ``namespace="CELERY"``
+``CELERY_TASK_ALWAYS_EAGER`` first, then ``task_always_eager`` and the old name
+``CELERY_ALWAYS_EAGER``; without one, the name and its old name. Django's lazy
+settings object is read itself (not the settings it wraps), so ``override_settings``,
+which swaps what it wraps, is seen too.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -26,12 +34,14 @@ from typing import Any
 from pyrula_compat.app.defaults import DEFAULTS, OLD_KEYS
 from pyrula_compat.exceptions import ImproperlyConfigured
 
-log = logging.getLogger("pyrula_compat")
-
 OLD_NAMES: dict[str, str] = {**OLD_KEYS, "CELERY_ENABLE_UTC": "enable_utc"}
 """Celery 3 setting names and their Celery 4+ names: Celery's, and ``CELERY_ENABLE_UTC``
 (Celery 3's name, which Celery 4+ spells ``ENABLE_UTC``)."""
 TO_OLD_NAME: dict[str, str] = {new: old for old, new in OLD_KEYS.items()}
+OLD_NAMES_OF: dict[str, tuple[str, ...]] = {}
+"""Each setting's old names (``enable_utc``: ``CELERY_ENABLE_UTC``, ``ENABLE_UTC``)."""
+for _old, _new in OLD_NAMES.items():
+    OLD_NAMES_OF[_new] = (*OLD_NAMES_OF.get(_new, ()), _old)
 SETTING_KEYS = frozenset(DEFAULTS)
 
 ENV_OVERRIDES = {"broker_url": "CELERY_BROKER_URL", "result_backend": "CELERY_RESULT_BACKEND"}
@@ -66,27 +76,17 @@ class ConfigurationNotFound(ModuleNotFoundError, ImproperlyConfigured):
 
 
 def new_name(key: str, namespace: str | None = None) -> str | None:
-    """The setting ``key`` stands for, or None when it is not a setting here.
+    """The setting ``key`` of a source stands for, or None when it names none.
 
-    With ``namespace`` (``"CELERY"``), only keys starting ``CELERY_`` count, with the
-    prefix removed and the rest lower-cased (``CELERY_BROKER_URL`` -> ``broker_url``);
-    old names are not read, as in Celery (``BROKER_URL`` and ``CELERYBEAT_SCHEDULE`` lack
-    the prefix; ``CELERY_ALWAYS_EAGER`` would be ``always_eager``, which is no setting: a
-    warning names the new one). Without a namespace, lower-case keys are taken as they
-    are and old upper-case names mapped.
+    With ``namespace`` (``"CELERY"``), a key starting ``CELERY_`` is the rest lower-cased
+    (``CELERY_BROKER_URL`` -> ``broker_url``). Old upper-case names are mapped
+    (``BROKER_URL`` -> ``broker_url``), with a namespace too, as Celery reads them;
+    lower-case keys are taken as they are.
     """
     if namespace:
         prefix = namespace.rstrip("_") + "_"
-        if not key.startswith(prefix):
-            return None
-        name = key[len(prefix) :].lower()
-        if key in OLD_NAMES and OLD_NAMES[key] != name and name not in DEFAULTS:
-            log.warning(
-                "setting %s ignored: an old name, not read under namespace %r (as in "
-                "Celery); write %s%s",
-                key, namespace, prefix, OLD_NAMES[key].upper(),
-            )  # fmt: skip
-        return name
+        if key.startswith(prefix) and key[len(prefix) :].lower() in DEFAULTS:
+            return key[len(prefix) :].lower()
     if key in OLD_NAMES:
         return OLD_NAMES[key]
     if key.islower():
@@ -111,20 +111,6 @@ def check_not_mixed(keys: set[str]) -> None:
         raise ImproperlyConfigured(message.format(renames="\n".join(renames)))
 
 
-def _settings_of(obj: Any) -> list[tuple[str, Any]]:
-    if isinstance(obj, Mapping):
-        return list(obj.items())
-    found: list[tuple[str, Any]] = []
-    for key in dir(obj):
-        if key.startswith("_"):
-            continue
-        try:
-            found.append((key, getattr(obj, key)))
-        except Exception:  # a lazy Django setting that cannot be read: not ours
-            continue
-    return found
-
-
 def load_object(source: Any) -> Any:
     """``"pkg.module"``, ``"pkg.module:attr"`` or ``"pkg.module.attr"``: import it."""
     if not isinstance(source, str):
@@ -145,21 +131,73 @@ Hook = Callable[[], None]
 _MISSING = object()
 
 
+class Source:
+    """A configuration source as loaded: the object itself (a module, class, instance,
+    mapping or Django's lazy settings), read on every lookup, and its namespace."""
+
+    __slots__ = ("_candidates", "namespace", "obj", "prefix")
+
+    def __init__(self, obj: Any, namespace: str | None) -> None:
+        self.obj = obj
+        self.namespace = namespace
+        self.prefix = namespace.rstrip("_") + "_" if namespace else None
+        self._candidates: dict[str, tuple[str, ...]] = {}
+
+    def names(self) -> list[str]:
+        """The names the source defines now (an object's public attributes)."""
+        if isinstance(self.obj, Mapping):
+            return [key for key in self.obj if isinstance(key, str)]
+        return [key for key in dir(self.obj) if not key.startswith("_")]
+
+    def candidates(self, key: str, name: str) -> tuple[str, ...]:
+        """The names ``key`` (setting ``name``) is looked up under, in Celery's order
+        (``ConfigurationView._to_keys``): with a namespace its prefixed name in the
+        prefix's case first, then the key, the setting's name and its old names."""
+        found = self._candidates.get(key)
+        if found is None:
+            keys = [key, name, *OLD_NAMES_OF.get(name, ())]
+            prefix = self.prefix
+            if prefix:
+                prefixed = key if key.startswith(prefix) else prefix + key
+                keys.insert(0, prefixed.upper() if prefix.isupper() else prefixed.lower())
+            found = tuple(dict.fromkeys(keys))
+            if len(self._candidates) < 4096:  # keys are setting names: a bounded set
+                self._candidates[key] = found
+        return found
+
+    def lookup(self, key: str, name: str) -> Any:
+        """The source's value for ``key``, or ``_MISSING``: read now, so a value changed
+        on the object since (``override_settings``, ``monkeypatch.setattr``, assigning a
+        module attribute) is the one returned."""
+        obj = self.obj
+        if isinstance(obj, Mapping):
+            for candidate in self.candidates(key, name):
+                if candidate in obj:
+                    return obj[candidate]
+            return _MISSING
+        for candidate in self.candidates(key, name):
+            value = getattr(obj, candidate, _MISSING)
+            if value is not _MISSING:
+                return value
+        return _MISSING
+
+
 class Settings(MutableMapping[str, Any]):
     """Celery's ``app.conf``: a mapping whose keys are also attributes.
 
-    Values come from, highest first: what was set at run time or given to the app,
-    the configuration sources, ``add_defaults``, then Celery's defaults.
+    Values come from, highest first: what was set at run time, what the app was given,
+    the configuration sources (read on every lookup, the latest source first),
+    ``add_defaults``, then Celery's defaults.
     """
 
     def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
         # Each app its own copies of the mutable defaults: add_periodic_task on one app
         # must not add the entry to every other app's beat_schedule.
         object.__setattr__(self, "_defaults", copy.deepcopy(DEFAULTS))
-        object.__setattr__(self, "_data", {})
+        object.__setattr__(self, "_preconf", {})
         object.__setattr__(self, "_changes", {})
+        object.__setattr__(self, "_sources", [])
         object.__setattr__(self, "_pending", [])
-        object.__setattr__(self, "_preconf", set())
         object.__setattr__(self, "_configured", False)
         object.__setattr__(self, "_hooks", (None, None))
         object.__setattr__(self, "_lock", threading.RLock())  # receivers may read settings
@@ -169,10 +207,8 @@ class Settings(MutableMapping[str, Any]):
     # -- sources -----------------------------------------------------------------------
     def preconfigure(self, key: str, value: Any) -> None:
         """A value the app was built with (``Celery(broker=...)``): a configuration
-        source read later does not override it, as in Celery."""
-        name = OLD_NAMES.get(key, key)
-        self._data[name] = value
-        self._preconf.add(name)
+        source does not override it, as in Celery."""
+        self._preconf[OLD_NAMES.get(key, key)] = value
 
     def add_source(self, source: Any, namespace: str | None, silent: bool) -> None:
         """Read ``source`` on the next access (``config_from_object``)."""
@@ -239,14 +275,11 @@ class Settings(MutableMapping[str, Any]):
                 if isinstance(exc, AttributeError):  # as Celery: not swallowed by getattr
                     raise ModuleNotFoundError(*exc.args) from exc
                 raise
-            found = _settings_of(obj)
+            loaded = Source(obj, namespace)
             if namespace is None:
-                check_not_mixed({key for key, _ in found})
+                check_not_mixed(set(loaded.names()))
             pending.pop(0)
-            for key, value in found:
-                name = new_name(key, namespace)
-                if name is not None and name not in self._preconf and name not in self._changes:
-                    self._data[name] = value
+            self._sources.insert(0, loaded)  # the latest source is read first
 
     # -- mapping -----------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
@@ -257,25 +290,33 @@ class Settings(MutableMapping[str, Any]):
             value = os.environ.get(ENV_OVERRIDES[name])
             if value:
                 return value
-        try:
-            return self._data[name]
-        except KeyError:
-            return self._defaults[name]
+        if name in self._changes:
+            return self._changes[name]
+        if name in self._preconf:
+            return self._preconf[name]
+        for source in self._sources:
+            value = source.lookup(key, name)
+            if value is not _MISSING:
+                return value
+        return self._defaults[name]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        name = OLD_NAMES.get(key, key)
-        self._data[name] = value
-        self._changes[name] = value
+        self._changes[OLD_NAMES.get(key, key)] = value
 
     def __delitem__(self, key: str) -> None:
-        self._ensure()
+        """Forget what was set or given for ``key`` (the sources and defaults stay, as
+        Celery deletes from its changes only)."""
         name = OLD_NAMES.get(key, key)
         changed = self._changes.pop(name, _MISSING) is not _MISSING
-        if self._data.pop(name, _MISSING) is _MISSING and not changed:
-            raise KeyError(key)  # a default, or no setting: nothing to delete
+        if self._preconf.pop(name, _MISSING) is _MISSING and not changed:
+            raise KeyError(key)
 
     def _keys(self) -> list[str]:
-        return list(dict.fromkeys([*self._defaults, *self._data]))
+        found: list[str] = [*self._defaults, *self._preconf, *self._changes]
+        for source in self._sources:
+            names = (new_name(key, source.namespace) for key in source.names())
+            found.extend(name for name in names if name)
+        return list(dict.fromkeys(found))
 
     def __iter__(self) -> Iterator[str]:
         self._ensure()
@@ -286,11 +327,13 @@ class Settings(MutableMapping[str, Any]):
         return len(self._keys())
 
     def __contains__(self, key: object) -> bool:
-        self._ensure()
         if not isinstance(key, str):
             return False
-        name = OLD_NAMES.get(key, key)
-        return name in self._data or name in self._defaults
+        try:
+            self[key]
+        except KeyError:
+            return False
+        return True
 
     # -- attributes --------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -308,18 +351,27 @@ class Settings(MutableMapping[str, Any]):
             self[name] = value
 
     def __repr__(self) -> str:  # reads nothing: a repr in a log must not load settings
-        return f"<Settings: {len(self._keys())} keys>"
+        given = {*self._defaults, *self._preconf, *self._changes}
+        return f"<Settings: {len(given)} keys, {len(self._sources)} sources>"
 
     def peek(self, key: str, default: Any = None) -> Any:
         """``key``'s value as it stands, without loading the configuration: what the app
         was given and what was set, else the default (for pyrula's own reads while tasks
         are registered, which must not load the configuration)."""
         name = OLD_NAMES.get(key, key)
-        return self._data[name] if name in self._data else self._defaults.get(name, default)
+        for given in (self._changes, self._preconf, self._defaults):
+            if name in given:
+                return given[name]
+        return default
 
     def first(self, *keys: str) -> Any:
         """The first of ``keys`` whose value is not None."""
         return next((v for v in (self.get(k) for k in keys) if v is not None), None)
+
+    @property
+    def timezone(self) -> Any:
+        """Celery's: ``timezone``, else Django's ``TIME_ZONE`` (read from the source)."""
+        return self.first("timezone", "TIME_ZONE")
 
     @property
     def task_default_exchange(self) -> Any:

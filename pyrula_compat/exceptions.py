@@ -6,6 +6,7 @@ traceback text; ``AsyncResult.get()`` re-raises it as its own class when that im
 
 from __future__ import annotations
 
+import importlib
 from datetime import datetime
 from types import TracebackType
 from typing import Any, NoReturn
@@ -232,9 +233,21 @@ class Terminated(Exception):
     """The task was terminated."""
 
 
-class OperationalError(Exception):
-    """The store could not be reached (kombu's ``OperationalError``, which
-    ``celery.exceptions`` re-exports; pyrula raises its own ``StoreUnavailable``)."""
+def _operational_base() -> type[Exception]:
+    """kombu's ``OperationalError`` when kombu imports, else ``Exception``."""
+    try:
+        module = importlib.import_module("kombu.exceptions")
+    except ImportError:
+        return Exception
+    base: type[Exception] = module.OperationalError
+    return base
+
+
+class OperationalError(_operational_base()):  # type: ignore[misc]
+    """A task could not be sent: the store stayed unreachable through the publish retry
+    policy (``task_publish_retry_policy``). A subclass of kombu's ``OperationalError``
+    (which ``celery.exceptions`` re-exports) when kombu is installed, so code catching
+    either catches it; its ``__cause__`` is pyrula's ``StoreUnavailable``."""
 
 
 class WorkerTerminate(SystemExit):

@@ -103,8 +103,8 @@ def _attempt_step(
     )  # fmt: skip
     request._step = step_ctx
     request._chain_given = bool(chain)  # type: ignore[attr-defined]
-    if retries:
-        step_ctx.set_progress(states.STARTED, None)  # no longer waiting to retry
+    if task.track_started:  # Celery's task_track_started: STARTED while it runs
+        step_ctx.set_progress(states.STARTED, None)
     worker_log.received(name, request)
     worker_signals.received(task, request)
     started = time.monotonic()

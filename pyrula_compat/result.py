@@ -1,10 +1,11 @@
 """``AsyncResult``, ``GroupResult`` and ``EagerResult`` (``celery.result``) on pyrula runs.
 
 A task id is a run id. States map from the run's status: queued (or no such run)
-``PENDING``; running ``STARTED`` (or the custom state ``update_state`` reported);
-sleeping between attempts ``RETRY``; completed ``SUCCESS``; failed or dead ``FAILURE``;
-cancelled, terminated or expired ``REVOKED``. ``get()`` waits on the store (no polling)
-and re-raises the task's own exception class with its message.
+``PENDING``; running ``PENDING`` as in Celery, ``STARTED`` with ``task_track_started``
+(or the custom state ``update_state`` reported); sleeping between attempts ``RETRY``;
+completed ``SUCCESS``; failed or dead ``FAILURE``; cancelled, terminated or expired
+``REVOKED``. ``get()`` waits on the store (no polling) and re-raises the task's own
+exception class with its message.
 """
 
 from __future__ import annotations
@@ -57,10 +58,44 @@ def denied_join_result() -> contextlib.AbstractContextManager[None]:
     return _joins_allowed(False)
 
 
+class Unsupported:
+    """A Celery result attribute pyrula does not provide: reading it raises
+    AttributeError naming the Celery feature and what to use instead (so ``hasattr`` is
+    False, as for any missing attribute, and the message says why)."""
+
+    def __init__(self, feature: str, instead: str) -> None:
+        self.feature = feature
+        self.instead = instead
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        cls = type(obj) if obj is not None else owner
+        where = f"{cls.__name__ if cls is not None else 'result'}.{self.name}"
+        raise AttributeError(
+            f"{where} ({self.feature}) is not provided by pyrula_compat: {self.instead}"
+        )
+
+
 class ResultBase:
     """Base of the result classes."""
 
     parent: Any = None
+    TimeoutError = TimeoutError
+    """Celery's: the error ``get(timeout=...)`` raises."""
+
+    @property
+    def supports_native_join(self) -> bool:
+        """True: waiting sleeps until the store says a run ended (no polling)."""
+        return True
+
+    then = Unsupported(
+        "a vine promise fired while Celery's result consumer drains events",
+        "pass link= (or link_error=) when calling the task: the callback then runs on a "
+        "worker, durably; or call get() in a thread of your own",
+    )
 
 
 class AsyncResult(ResultBase):
@@ -396,14 +431,40 @@ class AsyncResult(ResultBase):
         with contextlib.suppress(RunNotFound, InvalidRunState):
             self._handle().forget()
 
-    def then(self, callback: Any, on_error: Any = None, weak: bool = False) -> None:
-        """Not supported: Celery's promise fires while its result consumer drains
-        events (in ``get()``, or a gevent/eventlet loop). Use ``link=``/``link_error=``
-        (durable, run on a worker) or ``get()`` in a thread of your own."""
-        raise NotImplementedError(
-            "AsyncResult.then: pass link= (or link_error=) when calling the task instead: "
-            "the callback then runs on a worker, durably"
-        )
+    def throw(self, exc: BaseException | None = None, tb: Any = None, **kwargs: Any) -> None:
+        """Raise ``exc`` (with traceback ``tb``), as Celery's ``throw`` rejects the result's
+        promise and re-raises; without ``exc``, the task's own exception if it failed."""
+        if exc is None:
+            self.maybe_throw()
+            return
+        raise exc.with_traceback(tb) if tb is not None else exc
+
+    def as_list(self) -> list[str]:
+        """This task's id, then its parents' ids (a chain's earlier steps), as Celery's."""
+        ids = [self.id]
+        if self.parent is not None:
+            ids.extend(self.parent.as_list())
+        return ids
+
+    def get_leaf(self) -> Any:
+        """The value of the last result :meth:`iterdeps` reaches (each waited for)."""
+        value = None
+        for _, node in self.iterdeps():
+            value = node.get()
+        return value
+
+    build_graph = Unsupported(
+        "celery.utils.graph.DependencyGraph of a result and its children",
+        "walk them with iterdeps() (parent, node pairs) or collect()",
+    )
+    graph = Unsupported(
+        "celery.utils.graph.DependencyGraph of a result and its children",
+        "walk them with iterdeps() (parent, node pairs) or collect()",
+    )
+    revoke_by_stamped_headers = Unsupported(
+        "revoking the tasks whose stamped headers match, by broadcast to the workers",
+        "revoke by id: result.revoke() or app.control.revoke(task_id)",
+    )
 
     def as_tuple(self) -> tuple[Any, ...]:
         parent = self.parent

@@ -73,6 +73,16 @@ class EagerResult(AsyncResult):
 
     wait = get
 
+    def maybe_throw(self, propagate: bool = True, callback: Any = None) -> Any:
+        """Raise the task's exception if it failed (``propagate``); else its result."""
+        if propagate and self._state in states.PROPAGATE_STATES:
+            raise self._result
+        if callback is not None:
+            callback(self.id, self._result)
+        return self._result
+
+    maybe_reraise = maybe_throw
+
     def forget(self) -> None:
         pass
 
@@ -93,6 +103,19 @@ class ResultSet(ResultBase):
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: [{', '.join(r.id for r in self.results)}]>"
 
+    @property
+    def app(self) -> Celery:
+        return self._app if self._app is not None else get_current_app()
+
+    @app.setter
+    def app(self, value: Celery) -> None:
+        self._app = value
+
+    @property
+    def backend(self) -> Any:
+        """The app's result backend (:class:`~pyrula_compat.backend.Backend`): the store."""
+        return self.app.backend
+
     def __iter__(self) -> Iterator[AsyncResult]:
         return iter(self.results)
 
@@ -110,7 +133,7 @@ class ResultSet(ResultBase):
     def remove(self, result: AsyncResult | str) -> None:
         """Remove ``result`` (or the result of that id); KeyError if it is not there."""
         if isinstance(result, str):
-            result = AsyncResult(result, app=self._app)
+            result = AsyncResult(result, app=self.app)
         try:
             self.results.remove(result)
         except ValueError:
@@ -181,6 +204,32 @@ class ResultSet(ResultBase):
     join = get
     join_native = get
 
+    def iter_native(
+        self, timeout: float | None = None, interval: float = 0.5, no_ack: bool = True,
+        on_message: Any = None, on_interval: Any = None,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+        """``(task_id, meta)`` for each member as it is waited for, in order, where meta
+        is Celery's ``{"task_id", "status", "result", "traceback", "children"}``; a
+        failure is in it, not raised. ``timeout`` covers them all (TimeoutError)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for member in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            value = member.get(timeout=remaining, propagate=False, follow_parents=False)
+            meta = {
+                "task_id": member.id, "status": member.state, "result": value,
+                "traceback": member.traceback, "children": member.children,
+            }  # fmt: skip
+            if on_message is not None:
+                on_message(meta)
+            yield member.id, meta
+
+    def maybe_throw(self, callback: Any = None, propagate: bool = True) -> None:
+        """Each member's :meth:`AsyncResult.maybe_throw`, in order (does not wait)."""
+        for member in self.results:
+            member.maybe_throw(callback=callback, propagate=propagate)
+
+    maybe_reraise = maybe_throw
+
     def revoke(self, connection: Any = None, terminate: bool = False, **kwargs: Any) -> None:
         for member in self.results:
             member.revoke(terminate=terminate)
@@ -242,8 +291,7 @@ class GroupResult(ResultSet):
         return restored if isinstance(restored, GroupResult) else None
 
     def _client(self) -> Any:
-        app = self._app if self._app is not None else get_current_app()
-        return app.client()
+        return self.app.client()
 
     def as_tuple(self) -> tuple[Any, ...]:
         return ((self.id, None), [r.as_tuple() for r in self.results])

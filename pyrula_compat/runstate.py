@@ -1,11 +1,15 @@
 """Celery's states from pyrula run records: what ``AsyncResult.state`` and ``.info`` read.
 
-queued (or no such run) ``PENDING``; running ``STARTED``, or the custom state the task
-reported with ``update_state``; sleeping between attempts ``RETRY`` (``info`` is the
-exception that caused the retry); failed but still calling its errbacks ``FAILURE`` (as
-Celery stores it first); waiting (a chord gathering its header) ``STARTED``;
-completed ``SUCCESS``; failed or dead ``FAILURE``; cancelled, terminated or expired
-``REVOKED``.
+queued (or no such run) ``PENDING``; running, the state its worker last reported:
+``STARTED`` when the task tracks it (``task_track_started``, off by default, as in
+Celery), the custom state of ``update_state``, ``RETRY`` while an attempt after a retry
+runs, else ``PENDING`` (so Celery's loop ``while result.status == "PENDING": sleep()``
+ends when the task does); sleeping between attempts ``RETRY`` (``info`` is the exception
+that caused the retry); failed but still calling its errbacks ``FAILURE`` (as Celery
+stores it first); waiting (a chord gathering its header) likewise, ``PENDING`` unless a
+state was reported; completed ``SUCCESS``; failed or dead ``FAILURE``; cancelled,
+terminated or expired ``REVOKED``. The run itself (``pyrula runs``, a native handle)
+reads ``running`` all along.
 """
 
 from __future__ import annotations
@@ -44,15 +48,10 @@ def state_of(record: RunRecord | None) -> str:
     status = record.status
     if status is RunStatus.QUEUED:
         return states.PENDING
-    if status is RunStatus.RUNNING:
-        progress = record.progress_state
-        if progress and progress != states.RETRY:
-            return progress
-        return states.STARTED
+    if status is RunStatus.RUNNING or status is RunStatus.WAITING:
+        return record.progress_state or states.PENDING  # what the worker reported
     if status is RunStatus.SLEEPING:
         return states.RETRY
-    if status is RunStatus.WAITING:
-        return states.STARTED
     if status is RunStatus.COMPLETED:
         return states.SUCCESS
     if status in (RunStatus.FAILED, RunStatus.DEAD):

@@ -99,11 +99,27 @@ def _server(url: str) -> tuple[str, str]:
     return (scheme, url)
 
 
+def masked(url: str) -> str:
+    """``url`` with only its password masked, as Celery's ``maybe_sanitize_url`` shows a
+    broker URL: ``amqp://u:secret@h//`` reads ``amqp://u:**@h//``; a URL without a
+    password (``amqp://guest@localhost//``) is shown as it is."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    authority = rest[:authority_end]
+    userinfo, at, host = authority.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:**@{host}{rest[authority_end:]}"
+
+
 def _check_broker(url: str) -> str:
     scheme = urlsplit(url).scheme.lower()
     if scheme in BROKERS_NOT_NEEDED or scheme.split("+")[0] in BROKERS_NOT_NEEDED:
         raise ImproperlyConfigured(
-            f"broker {url.split('@')[-1]!r}: pyrula needs no separate message broker. Its "
+            f"broker {masked(url)!r}: pyrula needs no separate message broker. Its "
             "store is the queue and the result backend in one: set broker_url to "
             "redis://host:6379/0 (Valkey or Redis), sqlite:///path.db, or leave it unset "
             "for the embedded SQLite store, and retire the broker."
@@ -111,7 +127,7 @@ def _check_broker(url: str) -> str:
     normalized = normalize(url)
     if urlsplit(normalized).scheme.lower() not in VALKEY_SCHEMES | {"sqlite", "memory"}:
         raise ImproperlyConfigured(
-            f"broker URL {url!r} is not a store pyrula can use: expected redis://, "
+            f"broker URL {masked(url)!r} is not a store pyrula can use: expected redis://, "
             "rediss://, valkey://, sqlite:///path.db (also sqla+sqlite:// and "
             "db+sqlite://) or memory://"
         )
@@ -140,7 +156,7 @@ def store_url(broker: object, backend: object) -> str | None:
             backend_store = _check_broker(backend_url)
         except ImproperlyConfigured:
             raise ImproperlyConfigured(
-                f"result backend {backend_url!r} is not a store pyrula can use; results "
+                f"result backend {masked(backend_url)!r} is not a store pyrula can use; results "
                 "live in the same store as the runs (the broker URL), so drop the backend "
                 "setting or make it the broker's URL"
             ) from None
@@ -148,9 +164,9 @@ def store_url(broker: object, backend: object) -> str | None:
             return backend_store
         if _server(backend_store) != _server(broker_url):
             raise ImproperlyConfigured(
-                f"result backend {backend_url!r} names a different server than the broker "
-                f"{broker_url!r}: pyrula keeps runs and results in one store, so both must "
-                "name the same one (or drop the result backend setting)"
+                f"result backend {masked(backend_url)!r} names a different server than the "
+                f"broker {masked(broker_url)!r}: pyrula keeps runs and results in one store, "
+                "so both must name the same one (or drop the result backend setting)"
             )
     return broker_url
 

@@ -316,7 +316,10 @@ class Task:
                 stack[-1]._retry = pushed._retry
 
     def check_arguments(self, *args: Any, **kwargs: Any) -> None:
-        """Raise TypeError when the arguments don't fit the body's signature."""
+        """Raise TypeError when the arguments don't fit the body's signature, worded as
+        Python words a call's error and naming the task: ``proj.add() got an unexpected
+        keyword argument 'z'``, ``proj.add() missing 1 required positional argument:
+        'y'``."""
         run = self.run
         body = getattr(run, "__func__", run)
         cached = self.__dict__.get("_signature_of")
@@ -331,7 +334,12 @@ class Task:
         # shape that bound once is not bound again.
         shape = (len(args), *kwargs) if kwargs else len(args)
         if signature is not None and shape not in fits:
-            signature.bind(*args, **kwargs)
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                from pyrula_compat.calling import call_error
+
+                raise TypeError(call_error(self.name, signature, args, kwargs, exc)) from None
             if len(fits) < 64:
                 fits.add(shape)
 
@@ -358,6 +366,9 @@ class Task:
         """Queue the task with Celery's options (``countdown``, ``eta``, ``expires``,
         ``task_id``, ``link``, ``link_error``, ``headers``; queue and priority are
         accepted and have no effect). Eager mode runs it here instead."""
+        from pyrula_compat.calling import check_call
+
+        check_call(self.name, args, kwargs, options)  # wrong types refused, nothing sent
         args = tuple(args or ())
         kwargs = dict(kwargs or {})
         if self._typing():

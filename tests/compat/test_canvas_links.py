@@ -125,9 +125,9 @@ def test_arguments_are_checked_for_the_tasks_a_canvas_sends_at_once() -> None:
     def loose(x, y):
         return x + y
 
-    with pytest.raises(TypeError, match="too many positional arguments"):
+    with pytest.raises(TypeError, match="takes 2 positional arguments but 3 were given"):
         chain(add.s(1, 2, 3), add.s(1))()
-    with pytest.raises(TypeError, match="missing a required argument"):
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
         chain(add.s(1), add.s(1)).apply_async()  # the first task, with no argument given
     with pytest.raises(TypeError):
         group(add.s(1), add.s(1, 2))()

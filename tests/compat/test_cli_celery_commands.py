@@ -155,7 +155,7 @@ def test_bad_input_sends_nothing(served: tuple[str, Path]) -> None:
     for args, message in [
         (["proj.tasks.add", "-a", "[1,"], "-a/--args is not valid JSON"),
         (["proj.tasks.add", "-a", "[1]"], "proj.tasks.add: the arguments do not fit its "
-         "signature: missing a required argument: 'y'"),
+         "signature: proj.tasks.add() missing 1 required positional argument: 'y'"),
         (["proj.tasks.add", "-k", '{"x": 1, "y": 2, "z": 3}'], "unexpected keyword argument"),
     ]:  # fmt: skip
         done = run_cli("-A", "proj", "call", *args, broker=url)

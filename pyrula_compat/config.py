@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
-from pyrula_compat.app.defaults import DEFAULTS, OLD_KEYS
+from pyrula_compat.app.defaults import OLD_KEYS, SETTINGS
 from pyrula_compat.exceptions import ImproperlyConfigured
 
 OLD_NAMES: dict[str, str] = {**OLD_KEYS, "CELERY_ENABLE_UTC": "enable_utc"}
@@ -42,7 +42,7 @@ OLD_NAMES_OF: dict[str, tuple[str, ...]] = {}
 """Each setting's old names (``enable_utc``: ``CELERY_ENABLE_UTC``, ``ENABLE_UTC``)."""
 for _old, _new in OLD_NAMES.items():
     OLD_NAMES_OF[_new] = (*OLD_NAMES_OF.get(_new, ()), _old)
-SETTING_KEYS = frozenset(DEFAULTS)
+SETTING_KEYS = frozenset(SETTINGS)
 
 ENV_OVERRIDES = {"broker_url": "CELERY_BROKER_URL", "result_backend": "CELERY_RESULT_BACKEND"}
 """Environment variables that override what the app passes, as in Celery."""
@@ -85,7 +85,7 @@ def new_name(key: str, namespace: str | None = None) -> str | None:
     """
     if namespace:
         prefix = namespace.rstrip("_") + "_"
-        if key.startswith(prefix) and key[len(prefix) :].lower() in DEFAULTS:
+        if key.startswith(prefix) and key[len(prefix) :].lower() in SETTINGS:
             return key[len(prefix) :].lower()
     if key in OLD_NAMES:
         return OLD_NAMES[key]
@@ -193,7 +193,7 @@ class Settings(MutableMapping[str, Any]):
     def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
         # Each app its own copies of the mutable defaults: add_periodic_task on one app
         # must not add the entry to every other app's beat_schedule.
-        object.__setattr__(self, "_defaults", copy.deepcopy(DEFAULTS))
+        object.__setattr__(self, "_defaults", copy.deepcopy(SETTINGS))
         object.__setattr__(self, "_preconf", {})
         object.__setattr__(self, "_changes", {})
         object.__setattr__(self, "_sources", [])

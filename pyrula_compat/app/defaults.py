@@ -133,8 +133,6 @@ DEFAULTS: dict[str, Any] = {
     "redis_socket_keepalive": False,
     # result
     "result_backend": None,
-    "result_backend_fallback": None,
-    "result_backend_fallback_prefix": None,
     "result_cache_max": -1,
     "result_compression": None,
     "result_exchange": "celeryresults",
@@ -255,6 +253,16 @@ DEFAULTS: dict[str, Any] = {
     "worker_detect_quorum_queues": True,
 }
 """Every Celery 5.7 setting (new, lower-case name) and its default."""
+
+PYRULA_DEFAULTS: dict[str, Any] = {
+    "result_backend_fallback": None,
+    "result_backend_fallback_prefix": None,
+}
+"""Settings the drop-in adds to Celery's (read the same ways, namespaced too):
+the old result backend read during a move (docs/migrating-from-celery.md)."""
+
+SETTINGS: dict[str, Any] = {**DEFAULTS, **PYRULA_DEFAULTS}
+"""Every setting ``app.conf`` knows, with its default."""
 
 _OLD_PREFIXES = (
     ("beat_", "CELERYBEAT_"),

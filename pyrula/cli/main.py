@@ -19,6 +19,7 @@ from pyrula.cli.beat import beat_command
 from pyrula.cli.celery_calls import call_command, result_command
 from pyrula.cli.celery_commands import purge_command
 from pyrula.cli.celery_control import control_command
+from pyrula.cli.dashboard.command import dashboard_command, flower_command
 from pyrula.cli.db import db_group
 from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
@@ -60,6 +61,8 @@ cli.add_command(triggers_group)
 cli.add_command(projections_group)
 cli.add_command(db_group)
 cli.add_command(dev_command)
+cli.add_command(dashboard_command)
+cli.add_command(flower_command)
 cli.add_command(status_command)
 cli.add_command(inspect_command)
 cli.add_command(purge_command)

@@ -41,7 +41,7 @@ def bar_chart(
         f'<text x="{PAD_LEFT - 4}" y="10" text-anchor="end" font-size="10">'
         f"{escape(shown(top))}</text>"
         f'<text x="{PAD_LEFT - 4}" y="{inner_h}" text-anchor="end" font-size="10">0</text>'
-        f'<text x="{PAD_LEFT}" y="{HEIGHT - 4}" font-size="10">-{len(values)} min</text>'
+        f'<text x="{PAD_LEFT}" y="{HEIGHT - 4}" font-size="10">-{max(0, len(values) - 1)} min</text>'
         f'<text x="{WIDTH}" y="{HEIGHT - 4}" text-anchor="end" font-size="10">now</text>'
     )
     return (

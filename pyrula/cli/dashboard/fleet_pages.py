@@ -12,7 +12,7 @@ from pyrula.cli.dashboard.charts import bar_chart
 from pyrula.cli.dashboard.pages import (
     Site,
     button,
-    pre,
+    json_block,
     run_link,
     seconds,
     shell,
@@ -143,7 +143,7 @@ def schedules_live(site: Site, schedules: Sequence[Mapping[str, Any]]) -> str:
                 (run_link(site, last["run_id"]) + " " + status(last["status"]))
                 if last
                 else text(s["last_run_id"]),
-                pre(s["params"]),
+                json_block(s["params"]),
                 toggle
                 + " "
                 + button(

@@ -77,6 +77,11 @@ def pre(value: Any) -> str:
     return f"<pre>{escape(shown)}</pre>"
 
 
+def json_block(value: Any) -> str:
+    """A decoded JSON value shown as JSON (a string in quotes), escaped, in a ``<pre>``."""
+    return pre(json.dumps(value, indent=2, ensure_ascii=False))
+
+
 def status(value: str) -> str:
     return f'<span class="s-{escape(value)}">{escape(value)}</span>'
 

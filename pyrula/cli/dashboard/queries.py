@@ -14,16 +14,18 @@ priority are read, so a queue or priority column and filter is a change there.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from pyrula.cli import render
 from pyrula.workflows.inspection import is_alive
 from pyrula.workflows.records import RunRecord, RunStatus
 from pyrula.workflows.stores.base import Store
 
+T = TypeVar("T")
 SCAN_LIMIT = 20_000
 """Runs read at most for a filter the store cannot apply (worker, time range, key)."""
 COUNT_LIMIT = 100_000
@@ -131,7 +133,7 @@ async def _search(store: Store, selected: RunFilter) -> list[RunRecord]:
 async def status_counts(store: Store, selected: RunFilter) -> tuple[dict[str, int], bool]:
     """Runs per status among those the filter (its status aside) selects, and whether
     the count stopped at its limit."""
-    unfiltered = RunFilter(**{**selected.__dict__, "status": None})
+    unfiltered = replace(selected, status=None)
     if unfiltered.search:
         found = await _search(store, unfiltered)
         return dict(Counter(r.status.value for r in found)), False
@@ -143,11 +145,49 @@ async def status_counts(store: Store, selected: RunFilter) -> tuple[dict[str, in
     return dict(counts), len(records) >= limit
 
 
-async def runs_page(store: Store, selected: RunFilter, page: int, size: int) -> RunPage:
+COUNT_MIN_AGE_S = 1.0
+COUNT_COST_FACTOR = 10.0
+COUNT_CACHE_SIZE = 64
+
+
+class CostCache:
+    """Reads reused while younger than ten times what they cost (at least a second):
+    counts and tallies over a large store then take a small share of its time while
+    pages stream live, and lag by that much at most."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Hashable, tuple[float, float, Any]] = {}
+
+    async def get(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
+        hit = self._seen.get(key)
+        start = time.monotonic()
+        if hit is not None and start - hit[0] < hit[1]:
+            found: T = hit[2]
+            return found
+        value = await read()
+        done = time.monotonic()
+        age = max(COUNT_MIN_AGE_S, COUNT_COST_FACTOR * (done - start))
+        self._seen.pop(key, None)
+        self._seen[key] = (done, age, value)
+        while len(self._seen) > COUNT_CACHE_SIZE:
+            del self._seen[next(iter(self._seen))]
+        return value
+
+    async def counts(self, store: Store, selected: RunFilter) -> tuple[dict[str, int], bool]:
+        key = replace(selected, status=None)
+        return await self.get(("counts", key), lambda: status_counts(store, key))
+
+
+async def runs_page(
+    store: Store, selected: RunFilter, page: int, size: int, cache: CostCache | None = None
+) -> RunPage:
     """Page ``page`` (from 0) of ``size`` runs, with the counts per status."""
     end = (page + 1) * size
     records = await matching_runs(store, selected, end + 1)
-    counts, capped = await status_counts(store, selected)
+    if cache is None:
+        counts, capped = await status_counts(store, selected)
+    else:
+        counts, capped = await cache.counts(store, selected)
     if selected.status is not None:
         total = counts.get(selected.status.value, 0)
     else:
@@ -248,7 +288,7 @@ async def ended_since(store: Store, since: float) -> list[RunRecord]:
     return found
 
 
-async def overview(store: Store, now: float) -> dict[str, Any]:
+async def overview(store: Store, now: float, cache: CostCache) -> dict[str, Any]:
     """Per minute of the last hour: runs completed, failed, cancelled, the failure rate
     and the latency (submit to end) p50/p95; and the runs per status now."""
     start = now - WINDOW_S
@@ -267,7 +307,7 @@ async def overview(store: Store, now: float) -> dict[str, Any]:
         else:
             bucket.cancelled += 1
         bucket.latencies.append(max(0.0, finished - run.created_at))
-    counts, capped = await status_counts(store, RunFilter())
+    counts, capped = await cache.counts(store, RunFilter())
     ended = sum(b.ended for b in buckets)
     failed = sum(b.failed for b in buckets)
     every = sorted(x for b in buckets for x in b.latencies)
@@ -291,20 +331,23 @@ def queue_of(run: RunRecord) -> str:
     return run.workflow
 
 
-async def _active(store: Store) -> list[RunRecord]:
-    runs: list[RunRecord] = []
-    for status in ACTIVE:
-        runs.extend(await store.list_runs(status=status, limit=COUNT_LIMIT))
-    return runs
+async def _active(store: Store, cache: CostCache) -> list[RunRecord]:
+    async def read() -> list[RunRecord]:
+        runs: list[RunRecord] = []
+        for status in ACTIVE:
+            runs.extend(await store.list_runs(status=status, limit=COUNT_LIMIT))
+        return runs
+
+    return await cache.get("active", read)
 
 
-async def queues(store: Store, now: float) -> list[dict[str, Any]]:
+async def queues(store: Store, now: float, cache: CostCache) -> list[dict[str, Any]]:
     """Per queue: runs waiting now (due and delayed), running, the oldest due run's
     wait, and runs ended in the last five minutes."""
     rows: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"queued": 0, "delayed": 0, "running": 0, "oldest_wait_s": None, "ended_5m": 0}
     )
-    for run in await _active(store):
+    for run in await _active(store, cache):
         row = rows[queue_of(run)]
         if run.status is RunStatus.QUEUED:
             if run.available_at > now:
@@ -320,10 +363,10 @@ async def queues(store: Store, now: float) -> list[dict[str, Any]]:
     return [{"queue": name, **rows[name]} for name in sorted(rows)]
 
 
-async def owners(store: Store) -> list[dict[str, Any]]:
+async def owners(store: Store, cache: CostCache) -> list[dict[str, Any]]:
     """Per owner (tenant): runs queued, running, sleeping and waiting."""
     rows: dict[str, Counter[str]] = defaultdict(Counter)
-    for run in await _active(store):
+    for run in await _active(store, cache):
         rows[run.owner][run.status.value] += 1
     return [
         {"owner": owner, **{s.value: rows[owner][s.value] for s in ACTIVE}}

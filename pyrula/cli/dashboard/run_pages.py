@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from pyrula.cli.dashboard.pages import (
     Site,
     button,
+    json_block,
     pre,
     run_href,
     run_link,
@@ -225,10 +226,10 @@ def run_live(site: Site, detail: Mapping[str, Any], history: Sequence[Mapping[st
         ("Progress", text(run["progress_state"])),
     ]
     if run["progress_info"] is not None:
-        fields.append(("Progress info", pre(run["progress_info"])))
-    fields.append(("Params", pre(run["params"])))
+        fields.append(("Progress info", json_block(run["progress_info"])))
+    fields.append(("Params", json_block(run["params"])))
     if run["status"] == RunStatus.COMPLETED.value:
-        fields.append(("Result", pre(run["result"])))
+        fields.append(("Result", json_block(run["result"])))
     error = run["error"]
     if error is not None:
         fields.append(("Error", f"<b>{escape(error['type'])}</b>: {escape(error['message'])}"))
@@ -265,7 +266,12 @@ def run_live(site: Site, detail: Mapping[str, Any], history: Sequence[Mapping[st
         for c in detail["children"]
     ]
     actions = [
-        (text(_at(a.get("at"))), text(a.get("action")), text(a.get("by")), pre(a.get("detail")))
+        (
+            text(_at(a.get("at"))),
+            text(a.get("action")),
+            text(a.get("by")),
+            json_block(a.get("detail")),
+        )
         for a in reversed(history)
     ]
     api = site.href("/api" + run_href(Site(), run["run_id"]))
@@ -278,7 +284,10 @@ def run_live(site: Site, detail: Mapping[str, Any], history: Sequence[Mapping[st
         + "<h2>Signals received</h2>"
         + table(
             ("Pos", "Name", "Payload"),
-            [(str(s["position"]), text(s["name"]), pre(s["value"])) for s in detail["signals"]],
+            [
+                (str(s["position"]), text(s["name"]), json_block(s["value"]))
+                for s in detail["signals"]
+            ],
             "no signals received"
             + (f" (waiting for {run['wait_signal']!r})" if run["wait_signal"] else ""),
         )
@@ -294,7 +303,7 @@ def _at(ts: Any) -> str | None:
 def _entry_value(entry: Mapping[str, Any]) -> str:
     error = entry["error"]
     if error is None:
-        return pre(entry["value"])
+        return json_block(entry["value"])
     shown = f"{error['type']}: {error['message']}"
     if error.get("traceback"):
         return (

@@ -164,6 +164,7 @@ class Dashboard:
         self.jobs: dict[str, actions.BulkProgress] = {}
         self._job_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.counts = queries.CostCache()
 
     # -- connections -----------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -263,7 +264,9 @@ class Dashboard:
         lives: dict[str, tuple[str, Callable[[], Awaitable[str]]]] = {
             "/overview": (
                 "Overview",
-                lambda: self._with(queries.overview(self.store, now), fleet_pages.overview_live),
+                lambda: self._with(
+                    queries.overview(self.store, now, self.counts), fleet_pages.overview_live
+                ),
             ),
             "/workers": (
                 "Workers",
@@ -271,11 +274,15 @@ class Dashboard:
             ),
             "/queues": (
                 "Queues",
-                lambda: self._with(queries.queues(self.store, now), fleet_pages.queues_live),
+                lambda: self._with(
+                    queries.queues(self.store, now, self.counts), fleet_pages.queues_live
+                ),
             ),
             "/owners": (
                 "Owners",
-                lambda: self._with(queries.owners(self.store), fleet_pages.owners_live),
+                lambda: self._with(
+                    queries.owners(self.store, self.counts), fleet_pages.owners_live
+                ),
             ),
             "/schedules": (
                 "Schedules",
@@ -294,7 +301,8 @@ class Dashboard:
     # -- reads -----------------------------------------------------------------------
     async def _runs(self, flat: Mapping[str, str], now: float) -> queries.RunPage:
         page, size = _paging(flat)
-        return await queries.runs_page(self.store, run_filter(flat, now), page, size)
+        selected = run_filter(flat, now)
+        return await queries.runs_page(self.store, selected, page, size, self.counts)
 
     async def _run(self, run_id: str, now: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         record = await self.store.get_run(run_id)
@@ -347,10 +355,10 @@ class Dashboard:
             return {**found[0], "actions": await actions.history(self.store, "schedule",
                                                                  schedule_id)}  # fmt: skip
         simple: dict[str, Callable[[], Awaitable[Any]]] = {
-            "/overview": lambda: queries.overview(self.store, now),
+            "/overview": lambda: queries.overview(self.store, now, self.counts),
             "/workers": lambda: queries.workers(self.store, now),
-            "/queues": lambda: queries.queues(self.store, now),
-            "/owners": lambda: queries.owners(self.store),
+            "/queues": lambda: queries.queues(self.store, now, self.counts),
+            "/owners": lambda: queries.owners(self.store, self.counts),
             "/schedules": lambda: self._schedules(request.one("workflow")),
             "/dead": lambda: self._dead(now),
         }

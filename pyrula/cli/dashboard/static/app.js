@@ -173,4 +173,5 @@
         clickIn(document.getElementById("actions"), `button[data-key="${key}"]`);
     }
   });
+  body.dataset.ready = "1";
 })();

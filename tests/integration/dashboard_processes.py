@@ -89,7 +89,10 @@ class Processes:
         return worker
 
     def dashboard(self, store_url: str, *flags: str) -> Dashboard:
-        shown = self.start("dashboard", "--store", store_url, "--port", "0", *flags)
+        return self.listening(self.start("dashboard", "--store", store_url, "--port", "0", *flags))
+
+    def listening(self, shown: Process) -> Dashboard:
+        """The dashboard ``shown`` serves, once its first line says where."""
         found: list[re.Match[str]] = []
 
         def listening() -> bool:

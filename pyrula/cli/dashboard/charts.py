@@ -35,13 +35,14 @@ def bar_chart(
             f'<rect x="{x:.1f}" y="{inner_h - h:.1f}" width="{max(1.0, step - 1):.1f}" '
             f'height="{h:.1f}" fill="{color}"><title>{escape(shown(value))}</title></rect>'
         )
+    span = max(0, len(values) - 1)
     axis = (
         f'<line x1="{PAD_LEFT}" y1="{inner_h}" x2="{WIDTH}" y2="{inner_h}" stroke="#999"/>'
         f'<line x1="{PAD_LEFT}" y1="0" x2="{PAD_LEFT}" y2="{inner_h}" stroke="#999"/>'
         f'<text x="{PAD_LEFT - 4}" y="10" text-anchor="end" font-size="10">'
         f"{escape(shown(top))}</text>"
         f'<text x="{PAD_LEFT - 4}" y="{inner_h}" text-anchor="end" font-size="10">0</text>'
-        f'<text x="{PAD_LEFT}" y="{HEIGHT - 4}" font-size="10">-{max(0, len(values) - 1)} min</text>'
+        f'<text x="{PAD_LEFT}" y="{HEIGHT - 4}" font-size="10">-{span} min</text>'
         f'<text x="{WIDTH}" y="{HEIGHT - 4}" text-anchor="end" font-size="10">now</text>'
     )
     return (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import webbrowser
@@ -35,7 +36,6 @@ log = logging.getLogger("pyrula.cli.dashboard")
 
 DEFAULT_PORT = 5555
 """Flower's port."""
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -44,9 +44,19 @@ def listen_url(host: str, port: int, prefix: str = "") -> str:
     return f"http://{shown}:{port}{prefix}/"
 
 
+def is_loopback(address: str) -> bool:
+    """``localhost``, ``127.0.0.0/8`` or ``::1``."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 def check_exposure(address: str, auth: BasicAuth | None, no_auth: bool) -> None:
     """Refuse a non-loopback address without authentication, unless ``--no-auth``."""
-    if address in LOOPBACK_HOSTS or auth is not None:
+    if is_loopback(address) or auth is not None:
         return
     if not no_auth:
         raise CliUsageError(

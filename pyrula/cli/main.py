@@ -25,6 +25,7 @@ from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
 from pyrula.cli.inspect import inspect_command, status_command
 from pyrula.cli.multi import multi_command
+from pyrula.cli.operations import bulk_command, run_now_command
 from pyrula.cli.projections import projections_group
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
@@ -55,6 +56,8 @@ def cli(ctx: click.Context, /, **celery_globals: Any) -> None:
 cli.add_command(worker_command)
 cli.add_command(beat_command)
 cli.add_command(init_command)
+runs_group.add_command(bulk_command)
+schedules_group.add_command(run_now_command)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
 cli.add_command(triggers_group)

@@ -297,3 +297,12 @@ def test_a_cross_site_or_non_json_post_is_refused(site: Dashboard) -> None:
     assert form.status == 415
     assert site.run(run_id)["run"]["status"] in ("queued", "waiting")
     assert json.loads(site.post(f"/api/runs/{run_id}/cancel").body)["run"]["status"]
+
+
+def test_purging_a_queue_cancels_the_runs_waiting_to_start(site: Dashboard) -> None:
+    workflow = f"dash_unserved_{uuid.uuid4().hex[:6]}"
+    ids = [submit(site, workflow, {"i": i}) for i in range(3)]
+    reply = site.post(f"/api/queues/{workflow}/purge")
+    assert reply.status == 200 and reply.json() == {"queue": workflow, "purged": 3}
+    assert {site.run(r)["run"]["status"] for r in ids} == {"cancelled"}
+    assert site.post(f"/api/queues/{workflow}/purge").json()["purged"] == 0

@@ -8,10 +8,10 @@ params or a payload that is not JSON.
 Each action that happens is recorded in the history of what it acted on, through the
 store protocol's named cursors (``get_cursor`` / ``swap_cursor``, the compare-and-set
 every store keeps atomically): the cursor ``pyrula.audit:run:<run id>`` (or
-``...:schedule:<schedule id>``) holds a JSON list of the last :data:`AUDIT_KEEP`
-actions, each ``{"at", "action", "by", "detail"}``. The run's page shows them next to its
-journal. A record is written after the action succeeded; two operators acting at once
-both get recorded (the swap retries).
+``...:schedule:<schedule id>``, ``...:queue:<name>`` for a purge) holds a JSON list of
+the last :data:`AUDIT_KEEP` actions, each ``{"at", "action", "by", "detail"}``. The
+run's page shows them next to its journal. A record is written after the action
+succeeded; two operators acting at once both get recorded (the swap retries).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pyrula.workflows import (
 )
 from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.errors import InvalidRunState, PyrulaError
+from pyrula.workflows.purging import purge_queued
 from pyrula.workflows.records import RETRYABLE_STATUSES, RunRecord, ScheduleRecord
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.schedules import Schedule
@@ -237,6 +238,17 @@ async def schedule_action(
     detail: dict[str, Any] = {"run_id": started.run_id} if started else {}
     await record_action(store, "schedule", schedule_id, action, by, detail)
     return result, started
+
+
+# -- queues ----------------------------------------------------------------------------
+async def purge_queue(store: Store, queue: str, by: str) -> int:
+    """Cancel every run of ``queue`` (a workflow) that waits to start, as ``pyrula purge``
+    does; returns how many. Recorded in the queue's history."""
+    if not queue:
+        raise ActionError("give the queue to purge", HTTPStatus.BAD_REQUEST)
+    purged = await purge_queued(store, [queue])
+    await record_action(store, "queue", queue, "purge", by, {"cancelled": purged})
+    return purged
 
 
 # -- bulk --------------------------------------------------------------------------------

@@ -107,11 +107,18 @@ def queues_live(site: Site, rows: Sequence[Mapping[str, Any]]) -> str:
             str(r["running"]),
             seconds(r["oldest_wait_s"]),
             str(r["ended_5m"]),
+            button(
+                "Purge",
+                "/api/queues/" + quote(r["queue"], safe="") + "/purge",
+                confirm=f"Cancel every run of {r['queue']} that waits to start?",
+            )
+            if r["queued"] or r["delayed"]
+            else "",
         )
         for r in rows
     ]
     headers = ("Queue (workflow)", "Waiting", "Delayed", "Running", "Oldest waiting",
-               "Ended (5 min)")  # fmt: skip
+               "Ended (5 min)", "")  # fmt: skip
     note = (
         '<p class="muted">Each workflow is a queue: workers claim by workflow name. '
         f'<a href="{escape(site.href("/api/queues"))}">JSON</a></p>'

@@ -408,6 +408,9 @@ class Dashboard:
                 "schedule": None if record is None else schedule_dict(record),
                 "run": None if started is None else render.run_dict(started, now),
             }
+        if len(parts) == 3 and parts[0] == "queues" and parts[2] == "purge":
+            purged = await actions.purge_queue(self.store, parts[1], by)
+            return HTTPStatus.OK, {"queue": parts[1], "purged": purged}
         if parts == ["bulk"]:
             return HTTPStatus.ACCEPTED, await self._bulk(body, by, now)
         raise HttpError(HTTPStatus.NOT_FOUND, f"no API at POST /api{path}")

@@ -71,6 +71,7 @@
   }
 
   function outcome(data) {
+    if (data.purged !== undefined) return `queue ${data.queue}: ${data.purged} runs cancelled`;
     if (data.run) return `run ${data.run.run_id} (${data.run.workflow}): ${data.run.status}`;
     if (data.schedule) return `schedule ${data.schedule.schedule_id}: ` +
       (data.schedule.enabled ? "active" : "paused");

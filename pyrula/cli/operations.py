@@ -11,8 +11,7 @@ import click
 
 from pyrula.cli import render
 from pyrula.cli.dashboard import actions, queries
-from pyrula.cli.dashboard.http import HttpError
-from pyrula.cli.dashboard.server import run_filter
+from pyrula.cli.dashboard.filters import run_filter
 from pyrula.cli.render import CliError, CliUsageError
 from pyrula.cli.runs import json_option, store_option, with_store
 from pyrula.cli.schedules import schedule_dict
@@ -59,8 +58,8 @@ def bulk_command(
     async def act(store: Store) -> actions.BulkProgress:
         try:
             selected = run_filter(given, await store.now())
-        except HttpError as exc:
-            raise CliUsageError(exc.message) from None
+        except queries.QueryError as exc:
+            raise CliUsageError(str(exc)) from None
         runs = await queries.matching_runs(store, selected, queries.SCAN_LIMIT)
         if not yes and not as_json:
             click.confirm(f"{action} {len(runs)} runs?", abort=True, err=True)

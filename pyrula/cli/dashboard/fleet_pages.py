@@ -15,7 +15,6 @@ from pyrula.cli.dashboard.pages import (
     json_block,
     run_link,
     seconds,
-    shell,
     status,
     table,
     text,
@@ -65,10 +64,6 @@ def overview_live(site: Site, data: Mapping[str, Any]) -> str:
         + "</div>"
     )
     return summary + charts
-
-
-def overview_page(site: Site, data: Mapping[str, Any]) -> str:
-    return shell(site, "Overview", "/overview", overview_live(site, data))
 
 
 def workers_live(site: Site, workers: Sequence[Mapping[str, Any]]) -> str:
@@ -205,7 +200,3 @@ def dead_live(site: Site, runs: Sequence[Mapping[str, Any]]) -> str:
         f'<a href="{escape(site.href("/?status=dead"))}">runs with status dead</a>.</p>'
     )
     return note + table(headers, rows, "no dead-lettered runs", table_id="dead")
-
-
-def page_for(site: Site, title: str, path: str, live: str) -> str:
-    return shell(site, title, path, live)

@@ -46,10 +46,6 @@ class Request:
     body: bytes = b""
     user: str | None = None
 
-    @property
-    def raw_query(self) -> str:
-        return "&".join(f"{k}={v}" for k, values in self.query.items() for v in values)
-
     def one(self, name: str) -> str | None:
         """The last value of query field ``name``; an empty one is None."""
         values = self.query.get(name)

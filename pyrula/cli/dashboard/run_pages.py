@@ -17,7 +17,6 @@ from pyrula.cli.dashboard.pages import (
     run_href,
     run_link,
     seconds,
-    shell,
     status,
     table,
     text,
@@ -172,12 +171,6 @@ def _pager(site: Site, query: Mapping[str, str], listed: RunPage) -> str:
     return f'<p class="pager">{" &nbsp; ".join(links)} &nbsp; per page: {sizes}</p>'
 
 
-def runs_page(site: Site, listed: RunPage, query: Mapping[str, str]) -> str:
-    tools = filter_form(site, query) + bulk_tools(site, query) + submit_form(site)
-    return shell(site, "Runs", "/", runs_live(site, listed, query), tools=tools)
-
-
-# -- one run -----------------------------------------------------------------------------
 def run_tools(site: Site, run: Mapping[str, Any]) -> str:
     """The run's actions: each a confirmed POST; the signal form takes a JSON payload."""
     run_id = run["run_id"]
@@ -310,14 +303,3 @@ def _entry_value(entry: Mapping[str, Any]) -> str:
             pre(shown) + f"<details><summary>traceback</summary>{pre(error['traceback'])}</details>"
         )
     return pre(shown)
-
-
-def run_page(site: Site, detail: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> str:
-    run = detail["run"]
-    return shell(
-        site,
-        f"Run {run['run_id']}",
-        "/runs",
-        run_live(site, detail, history),
-        tools=run_tools(site, run),
-    )

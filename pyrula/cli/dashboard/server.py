@@ -18,17 +18,15 @@ import contextlib
 import itertools
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from http import HTTPStatus
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
 from pyrula.cli import render
-from pyrula.cli.dashboard import actions, fleet_pages, pages, queries, run_pages
+from pyrula.cli.dashboard import actions, filters, fleet_pages, live, pages, queries, run_pages
 from pyrula.cli.dashboard.http import (
     MAX_HEADER_BYTES,
     BasicAuth,
@@ -38,21 +36,16 @@ from pyrula.cli.dashboard.http import (
     head_bytes,
     read_request,
     same_origin,
-    sse_event,
     unauthorized,
 )
 from pyrula.cli.dashboard.pages import Site
 from pyrula.cli.schedules import schedule_dict
-from pyrula.workflows.errors import PyrulaError
 from pyrula.workflows.records import RunStatus
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.stores.base import Store
 
 log = logging.getLogger("pyrula.cli.dashboard")
 
-LIVE_INTERVAL_S = 1.0
-"""How often a live page's region is rendered again (and sent when it changed)."""
-KEEPALIVE_S = 15.0
 BULK_KEEP = 50
 """Finished bulk jobs remembered for their progress page."""
 
@@ -65,77 +58,6 @@ class View:
     nav: str
     live: str
     tools: str = ""
-
-
-def _time(text: str, name: str) -> float:
-    """An ISO-8601 time (UTC unless it says otherwise) or epoch seconds."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip().removesuffix("UTC").strip())
-    except ValueError:
-        raise HttpError(
-            HTTPStatus.BAD_REQUEST,
-            f"{name} must be an ISO-8601 time (2026-01-31T09:00, UTC) or epoch seconds, "
-            f"got {text!r}",
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def run_filter(fields: Mapping[str, str | None], now: float) -> queries.RunFilter:
-    """A :class:`~.queries.RunFilter` from query (or JSON) fields; bad values: 400."""
-    status_text = fields.get("status") or None
-    try:
-        status = RunStatus(status_text) if status_text else None
-    except ValueError:
-        raise HttpError(
-            HTTPStatus.BAD_REQUEST,
-            "status must be one of " + ", ".join(s.value for s in RunStatus),
-        ) from None
-    since_text, until_text = fields.get("since"), fields.get("until")
-    since = _time(since_text, "since") if since_text else None
-    within = fields.get("within")
-    if within:
-        try:
-            since = now - float(within)
-        except ValueError:
-            raise HttpError(HTTPStatus.BAD_REQUEST, "within takes seconds") from None
-    return queries.RunFilter(
-        workflow=fields.get("workflow") or None,
-        status=status,
-        owner=fields.get("owner"),  # '' is the default owner
-        worker=fields.get("worker") or None,
-        since=since,
-        until=_time(until_text, "until") if until_text else None,
-        search=(fields.get("q") or "").strip() or None,
-    )
-
-
-def _flat(query: Mapping[str, list[str]]) -> dict[str, str]:
-    """Each query field's last value (an empty ``owner`` kept: the default owner)."""
-    flat = {k: v[-1] for k, v in query.items() if v and (v[-1] != "" or k == "owner")}
-    return {k: v for k, v in flat.items() if k in _FILTER_FIELDS}
-
-
-_FILTER_FIELDS = ("workflow", "status", "owner", "worker", "since", "until", "within", "q",
-                  "page", "size")  # fmt: skip
-
-
-def _paging(query: Mapping[str, str]) -> tuple[int, int]:
-    try:
-        page = int(query.get("page") or 0)
-        size = int(query.get("size") or queries.DEFAULT_PAGE_SIZE)
-    except ValueError:
-        raise HttpError(HTTPStatus.BAD_REQUEST, "page and size are whole numbers") from None
-    if page < 0 or not 1 <= size <= max(queries.PAGE_SIZES):
-        raise HttpError(
-            HTTPStatus.BAD_REQUEST, f"page must be >= 0 and size 1 to {max(queries.PAGE_SIZES)}"
-        )
-    return page, size
 
 
 class Dashboard:
@@ -234,6 +156,8 @@ class Dashboard:
             return self._error(exc.status, exc.message, as_json)
         except actions.ActionError as exc:
             return self._error(exc.status, exc.message, as_json)
+        except queries.QueryError as exc:
+            return self._error(HTTPStatus.BAD_REQUEST, str(exc), as_json)
         except Exception as exc:  # a store failure: show it, keep serving
             log.exception("dashboard request %s failed", path)
             message = f"{type(exc).__name__}: {exc}"
@@ -244,7 +168,7 @@ class Dashboard:
         now = await self.store.now()
         site = self.site
         if path in ("/", "/runs"):
-            flat = _flat(query)
+            flat = filters.flat_query(query)
             listed = await self._runs(flat, now)
             tools = (
                 run_pages.filter_form(site, flat)
@@ -300,8 +224,8 @@ class Dashboard:
 
     # -- reads -----------------------------------------------------------------------
     async def _runs(self, flat: Mapping[str, str], now: float) -> queries.RunPage:
-        page, size = _paging(flat)
-        selected = run_filter(flat, now)
+        page, size = filters.paging(flat)
+        selected = filters.run_filter(flat, now)
         return await queries.runs_page(self.store, selected, page, size, self.counts)
 
     async def _run(self, run_id: str, now: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -329,7 +253,7 @@ class Dashboard:
     async def _api_get(self, path: str, request: Request) -> Any:
         now = await self.store.now()
         if path in ("/runs", "/runs/"):
-            listed = await self._runs(_flat(request.query), now)
+            listed = await self._runs(filters.flat_query(request.query), now)
             return {
                 "runs": [render.run_dict(r, now) for r in listed.runs],
                 "page": listed.page,
@@ -422,7 +346,7 @@ class Dashboard:
         given = body.get("filter") or {}
         if not isinstance(given, dict):
             raise HttpError(HTTPStatus.BAD_REQUEST, "filter must be an object")
-        selected = run_filter({k: str(v) for k, v in given.items() if v is not None}, now)
+        selected = filters.run_filter({k: str(v) for k, v in given.items() if v is not None}, now)
         runs = await queries.matching_runs(self.store, selected, queries.SCAN_LIMIT)
         job_id = str(next(self._job_ids))
         progress = actions.BulkProgress(action, selected=len(runs))
@@ -440,49 +364,19 @@ class Dashboard:
     async def _live(
         self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """Send the live region of page ``?path=`` now and whenever it changes."""
-        target = request.one("path") or "/"
-        parts = urlsplit(target)
-        path = parts.path
-        if self.site.prefix and path.startswith(self.site.prefix):
-            path = path[len(self.site.prefix) :] or "/"
-        query = parse_qs(parts.query)
-        writer.write(
-            head_bytes(Response(HTTPStatus.OK, "text/event-stream", b""), length=False)
-            + b"retry: 2000\n\n"
-        )
-        await writer.drain()
+        """Stream the live region of page ``?path=``; ended by :meth:`close` too."""
+
+        async def region(path: str, query: dict[str, list[str]]) -> str:
+            return (await self.view(path, query)).live
+
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        gone = asyncio.ensure_future(reader.read(1))  # the client closing the stream
-        last: str | None = None
-        quiet_since = time.monotonic()
         try:
-            while not self.stopping.is_set() and not gone.done():
-                try:
-                    live = (await self.view(path, query)).live
-                    event = None
-                except HttpError as exc:
-                    live, event = exc.message, "gone"
-                except PyrulaError as exc:
-                    live, event = f"{type(exc).__name__}: {exc}", "trouble"
-                if live != last:
-                    writer.write(sse_event(live, event))
-                    await writer.drain()
-                    last, quiet_since = live, time.monotonic()
-                    if event == "gone":
-                        return
-                elif time.monotonic() - quiet_since > KEEPALIVE_S:
-                    writer.write(b": keepalive\n\n")
-                    await writer.drain()
-                    quiet_since = time.monotonic()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(gone), LIVE_INTERVAL_S)
+            await live.stream(region, self.site.prefix, request, reader, writer, self.stopping)
         except asyncio.CancelledError:
             pass
         finally:
-            gone.cancel()
             if task is not None:
                 self._tasks.discard(task)
 

@@ -5,7 +5,6 @@ it, the URL prefix, and ``flower -A`` on a Celery app's store. Real processes on
 from __future__ import annotations
 
 import logging
-import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,9 @@ from pyrula.cli.dashboard.http import BasicAuth
 from pyrula.cli.render import CliUsageError
 from pyrula.workflows import SqliteStore
 from pyrula.workflows.sync import WorkflowClient
+from tests.integration.cli_checks import assert_one_error_line, invoke
 from tests.integration.dashboard_processes import Dashboard, Processes
-from tests.integration.test_cli_worker import REPO_ROOT, pyrula_command
+from tests.integration.test_cli_worker import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -60,27 +60,11 @@ def test_wrong_or_missing_credentials_get_401_and_no_data(
 
 
 def test_a_non_loopback_address_without_auth_is_refused(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            *pyrula_command(),
-            "dashboard",
-            "--store",
-            f"sqlite:///{tmp_path / 'x.db'}",
-            "--address",
-            "0.0.0.0",
-            "--port",
-            "0",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = invoke("dashboard", "--store", f"sqlite:///{tmp_path / 'x.db'}",
+                    "--address", "0.0.0.0", "--port", "0")  # fmt: skip
+    assert_one_error_line(
+        result, 2, "--address 0.0.0.0 lets anyone who can reach it see and act on every run"
     )
-    assert proc.returncode == 2, proc.stderr
-    assert "--address 0.0.0.0 lets anyone who can reach it see and act on every run" in (
-        proc.stderr
-    )
-    assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
 def test_no_auth_on_an_exposed_address_warns(caplog: pytest.LogCaptureFixture) -> None:
@@ -99,22 +83,9 @@ def test_bad_basic_auth_and_url_prefix_values_exit_2(tmp_path: Path) -> None:
         (["--basic-auth", "justuser"], "--basic-auth takes user:password"),
         (["--url-prefix", "/a b"], "--url-prefix '/a b': give a plain path"),
     ):
-        proc = subprocess.run(
-            [
-                *pyrula_command(),
-                "dashboard",
-                "--store",
-                f"sqlite:///{tmp_path / 'x.db'}",
-                "--port",
-                "0",
-                *flags,
-            ],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        result = invoke("dashboard", "--store", f"sqlite:///{tmp_path / 'x.db'}", "--port", "0",
+                        *flags)  # fmt: skip
+        assert_one_error_line(result, 2, message)
 
 
 APP = """

@@ -167,6 +167,9 @@ def test_filters_search_counts_and_pages(site: Dashboard) -> None:
     last = site.api(f"/runs?owner={owner}&size=2&page=2")
     assert [r["run_id"] for r in last["runs"]] == [ids[1], ids[0]] and not last["has_more"]
     assert [r["run_id"] for r in site.api(f"/runs?q={key}")["runs"]] == [keyed]
+    # an empty owner field (a form's) is no filter; the default owner is "(default)"
+    assert [r["run_id"] for r in site.api(f"/runs?owner=&q={key}")["runs"]] == [keyed]
+    assert site.api(f"/runs?owner=(default)&q={key}")["runs"] == []
     assert [r["run_id"] for r in site.api(f"/runs?q={ids[2]}")["runs"]] == [ids[2]]
     assert site.api(f"/runs?owner={owner}&status=failed")["runs"] == []
     worker = site.run(ids[0])["run"]["worker_id"]

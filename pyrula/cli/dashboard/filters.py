@@ -8,7 +8,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from pyrula.cli.dashboard.queries import DEFAULT_PAGE_SIZE, PAGE_SIZES, QueryError, RunFilter
-from pyrula.workflows.records import RunStatus
+from pyrula.workflows.records import DEFAULT_OWNER, RunStatus
+
+DEFAULT_OWNER_SHOWN = "(default)"
+"""How a page's owner filter names the default owner (an empty field is no filter)."""
 
 
 def parse_time(text: str, name: str) -> float:
@@ -37,6 +40,7 @@ def run_filter(fields: Mapping[str, str | None], now: float) -> RunFilter:
     except ValueError:
         raise QueryError("status must be one of " + ", ".join(s.value for s in RunStatus)) from None
     since_text, until_text = fields.get("since"), fields.get("until")
+    owner = fields.get("owner")  # None: any; '' (or "(default)" in a form): the default
     since = parse_time(since_text, "since") if since_text else None
     within = fields.get("within")
     if within:
@@ -47,7 +51,7 @@ def run_filter(fields: Mapping[str, str | None], now: float) -> RunFilter:
     return RunFilter(
         workflow=fields.get("workflow") or None,
         status=status,
-        owner=fields.get("owner"),  # '' is the default owner
+        owner=DEFAULT_OWNER if owner == DEFAULT_OWNER_SHOWN else owner,
         worker=fields.get("worker") or None,
         since=since,
         until=parse_time(until_text, "until") if until_text else None,
@@ -56,8 +60,9 @@ def run_filter(fields: Mapping[str, str | None], now: float) -> RunFilter:
 
 
 def flat_query(query: Mapping[str, list[str]]) -> dict[str, str]:
-    """Each query field's last value (an empty ``owner`` kept: the default owner)."""
-    flat = {k: v[-1] for k, v in query.items() if v and (v[-1] != "" or k == "owner")}
+    """Each filter field's last non-empty value (an empty form field is no filter; the
+    default owner is written ``(default)``)."""
+    flat = {k: v[-1] for k, v in query.items() if v and v[-1] != ""}
     return {k: v for k, v in flat.items() if k in FILTER_FIELDS}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pyrula.cli.dashboard.charts import bar_chart
+from pyrula.cli.dashboard.filters import DEFAULT_OWNER_SHOWN
 from pyrula.cli.dashboard.pages import (
     Site,
     button,
@@ -166,7 +167,7 @@ def schedules_live(site: Site, schedules: Sequence[Mapping[str, Any]]) -> str:
 def owners_live(site: Site, rows: Sequence[Mapping[str, Any]]) -> str:
     shown = [
         (
-            f'<a href="{escape(site.href("/?owner=" + quote(r["owner"])))}">'
+            f'<a href="{escape(site.href("/?owner=" + quote(r["owner"] or DEFAULT_OWNER_SHOWN)))}">'
             f"{escape(r['owner'] or '(default)')}</a>",
             str(r["queued"]),
             str(r["running"]),

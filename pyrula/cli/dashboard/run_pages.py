@@ -57,7 +57,7 @@ def filter_form(site: Site, query: Mapping[str, str]) -> str:
         f"{flows}</select></label> "
         f'<label>Status <select name="status">{_option("", "any", query.get("status"))}'
         f"{statuses}</select></label> "
-        + field("owner", "Owner", "tenant")
+        + field("owner", "Owner", "tenant, or (default)")
         + field("worker", "Worker", "worker id", 16)
         + f'<label>Created <select name="within">{within}</select></label> '
         + field("since", "from", "2026-01-31T09:00 UTC", 16)

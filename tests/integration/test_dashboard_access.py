@@ -57,6 +57,8 @@ def test_wrong_or_missing_credentials_get_401_and_no_data(
     assert cancelled.status == 200 and cancelled.json()["run"]["status"] == "cancelled"
     history = site.get(f"/api/runs/{run_id}", credentials=("ops", "s3cret")).json()["actions"]
     assert [(a["action"], a["by"]) for a in history] == [("cancel", "ops")]
+    assert site.process.stop() == 0, site.process.stderr  # SIGTERM: a clean stop
+    assert "Traceback" not in site.process.stderr
 
 
 def test_a_non_loopback_address_without_auth_is_refused(tmp_path: Path) -> None:

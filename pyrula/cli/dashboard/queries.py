@@ -14,6 +14,7 @@ priority are read, so a queue or priority column and filter is a change there.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from pyrula.cli import render
+from pyrula.workflows.engine.rerun import CHILD
 from pyrula.workflows.inspection import is_alive
 from pyrula.workflows.records import RunRecord, RunStatus
 from pyrula.workflows.stores.base import Store
@@ -206,7 +208,8 @@ async def runs_page(
 # -- one run -----------------------------------------------------------------------------
 async def run_detail(store: Store, run: RunRecord, now: float) -> dict[str, Any]:
     """The run, its journal as a timeline (each entry with the time since the one before:
-    the step's duration, its attempts and error), its parent and its children."""
+    the step's duration, its attempts and error), its parent and its children (the runs
+    its journal's ``child`` entries started)."""
     journal = await store.load_journal(run.run_id)
     entries: list[dict[str, Any]] = []
     previous = run.started_at
@@ -219,7 +222,12 @@ async def run_detail(store: Store, run: RunRecord, now: float) -> dict[str, Any]
         if entry.recorded_at:
             previous = entry.recorded_at
         entries.append(shown)
-    children = [r for r in await store.list_runs(limit=SCAN_LIMIT) if r.parent_run_id == run.run_id]
+    children = []
+    for entry in journal:  # a child's start is journaled with its run id as the value
+        if entry.kind == CHILD and entry.ok:
+            child = await store.get_run(str(json.loads(entry.value)))
+            if child is not None:
+                children.append(child)
     signals = [e for e in entries if e["kind"] == "signal"]
     return {
         "run": render.run_dict(run, now),
@@ -294,7 +302,7 @@ async def overview(store: Store, now: float, cache: CostCache) -> dict[str, Any]
     start = now - WINDOW_S
     first = start - start % BUCKET_S
     buckets = [Bucket(first + i * BUCKET_S) for i in range(int((now - first) // BUCKET_S) + 1)]
-    for run in await ended_since(store, start):
+    for run in await cache.get("ended-1h", lambda: ended_since(store, start)):
         finished = run.finished_at or now
         index = int((finished - first) // BUCKET_S)
         if not 0 <= index < len(buckets):
@@ -358,7 +366,7 @@ async def queues(store: Store, now: float, cache: CostCache) -> list[dict[str, A
                 row["oldest_wait_s"] = max(row["oldest_wait_s"] or 0.0, waited)
         elif run.status is RunStatus.RUNNING:
             row["running"] += 1
-    for run in await ended_since(store, now - 300):
+    for run in await cache.get("ended-5m", lambda: ended_since(store, now - 300)):
         rows[queue_of(run)]["ended_5m"] += 1
     return [{"queue": name, **rows[name]} for name in sorted(rows)]
 
@@ -374,10 +382,10 @@ async def owners(store: Store, cache: CostCache) -> list[dict[str, Any]]:
     ]
 
 
-async def workers(store: Store, now: float) -> list[dict[str, Any]]:
+async def workers(store: Store, now: float, cache: CostCache) -> list[dict[str, Any]]:
     """Every worker the registry lists, alive or not, with what it ended in the last hour
     (read from the runs: the registry keeps liveness and runs in flight only)."""
-    ended = await ended_since(store, now - WINDOW_S)
+    ended = await cache.get("ended-1h", lambda: ended_since(store, now - WINDOW_S))
     done: dict[str, Counter[str]] = defaultdict(Counter)
     for run in ended:
         if run.worker_id is None:

@@ -86,7 +86,7 @@ class Dashboard:
         self.jobs: dict[str, actions.BulkProgress] = {}
         self._job_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.counts = queries.CostCache()
+        self.cache = queries.CostCache()
 
     # -- connections -----------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -189,23 +189,25 @@ class Dashboard:
             "/overview": (
                 "Overview",
                 lambda: self._with(
-                    queries.overview(self.store, now, self.counts), fleet_pages.overview_live
+                    queries.overview(self.store, now, self.cache), fleet_pages.overview_live
                 ),
             ),
             "/workers": (
                 "Workers",
-                lambda: self._with(queries.workers(self.store, now), fleet_pages.workers_live),
+                lambda: self._with(
+                    queries.workers(self.store, now, self.cache), fleet_pages.workers_live
+                ),
             ),
             "/queues": (
                 "Queues",
                 lambda: self._with(
-                    queries.queues(self.store, now, self.counts), fleet_pages.queues_live
+                    queries.queues(self.store, now, self.cache), fleet_pages.queues_live
                 ),
             ),
             "/owners": (
                 "Owners",
                 lambda: self._with(
-                    queries.owners(self.store, self.counts), fleet_pages.owners_live
+                    queries.owners(self.store, self.cache), fleet_pages.owners_live
                 ),
             ),
             "/schedules": (
@@ -226,7 +228,7 @@ class Dashboard:
     async def _runs(self, flat: Mapping[str, str], now: float) -> queries.RunPage:
         page, size = filters.paging(flat)
         selected = filters.run_filter(flat, now)
-        return await queries.runs_page(self.store, selected, page, size, self.counts)
+        return await queries.runs_page(self.store, selected, page, size, self.cache)
 
     async def _run(self, run_id: str, now: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         record = await self.store.get_run(run_id)
@@ -279,10 +281,10 @@ class Dashboard:
             return {**found[0], "actions": await actions.history(self.store, "schedule",
                                                                  schedule_id)}  # fmt: skip
         simple: dict[str, Callable[[], Awaitable[Any]]] = {
-            "/overview": lambda: queries.overview(self.store, now, self.counts),
-            "/workers": lambda: queries.workers(self.store, now),
-            "/queues": lambda: queries.queues(self.store, now, self.counts),
-            "/owners": lambda: queries.owners(self.store, self.counts),
+            "/overview": lambda: queries.overview(self.store, now, self.cache),
+            "/workers": lambda: queries.workers(self.store, now, self.cache),
+            "/queues": lambda: queries.queues(self.store, now, self.cache),
+            "/owners": lambda: queries.owners(self.store, self.cache),
             "/schedules": lambda: self._schedules(request.one("workflow")),
             "/dead": lambda: self._dead(now),
         }

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.dashboard_processes import Dashboard, Processes, wait_for
+from tests.integration.test_cli_worker import REPO_ROOT
 from tests.valkey.servers import ValkeyProcess, fresh_namespace, valkey_server  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -309,3 +312,26 @@ def test_purging_a_queue_cancels_the_runs_waiting_to_start(site: Dashboard) -> N
     assert reply.status == 200 and reply.json() == {"queue": workflow, "purged": 3}
     assert {site.run(r)["run"]["status"] for r in ids} == {"cancelled"}
     assert site.post(f"/api/queues/{workflow}/purge").json()["purged"] == 0
+
+
+def test_the_api_example_retries_every_failed_run(site: Dashboard, tmp_path: Path) -> None:
+    markers = [str(tmp_path / f"m-{uuid.uuid4().hex}") for _ in range(2)]
+    ids = [submit(site, "dash_flaky", {"marker": m}) for m in markers]
+    for run_id in ids:
+        site.wait_status(run_id, "failed")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "examples" / "dashboard_api.py"),
+            site.base,
+            "--workflow",
+            "dash_flaky",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {f"retried {run_id}: queued" for run_id in ids} <= set(proc.stdout.splitlines())
+    for run_id in ids:
+        assert site.wait_status(run_id, "completed")["run"]["result"] == "fixed"

@@ -14,6 +14,7 @@ priority are read, so a queue or priority column and filter is a change there.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter, defaultdict
@@ -101,8 +102,9 @@ class RunPage:
     page: int
     size: int
     has_more: bool
-    counts: dict[str, int]
-    total: int
+    counts: dict[str, int] | None
+    """Runs per status; None while they are being counted."""
+    total: int | None
     capped: bool
     """Whether the counts stopped at :data:`COUNT_LIMIT` (or :data:`SCAN_LIMIT`)."""
 
@@ -159,6 +161,7 @@ class CostCache:
 
     def __init__(self) -> None:
         self._seen: dict[Hashable, tuple[float, float, Any]] = {}
+        self._reading: dict[Hashable, asyncio.Task[Any]] = {}
 
     async def get(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
         hit = self._seen.get(key)
@@ -175,25 +178,54 @@ class CostCache:
             del self._seen[next(iter(self._seen))]
         return value
 
+    def soon(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T | None:
+        """The value as last read, at once, however old (None: never read); a read in
+        the background when it is not fresh. A page then never waits for a slow read:
+        its live region shows the value when it arrives."""
+        hit = self._seen.get(key)
+        if hit is not None and time.monotonic() - hit[0] < hit[1]:
+            fresh: T = hit[2]
+            return fresh
+        if key not in self._reading:
+            task = asyncio.ensure_future(self.get(key, read))
+            self._reading[key] = task
+            task.add_done_callback(lambda _: self._reading.pop(key, None))
+        stale: T | None = None if hit is None else hit[2]
+        return stale
+
     async def counts(self, store: Store, selected: RunFilter) -> tuple[dict[str, int], bool]:
         key = replace(selected, status=None)
         return await self.get(("counts", key), lambda: status_counts(store, key))
 
+    def counts_soon(self, store: Store, selected: RunFilter) -> tuple[dict[str, int], bool] | None:
+        key = replace(selected, status=None)
+        return self.soon(("counts", key), lambda: status_counts(store, key))
+
 
 async def runs_page(
-    store: Store, selected: RunFilter, page: int, size: int, cache: CostCache | None = None
+    store: Store,
+    selected: RunFilter,
+    page: int,
+    size: int,
+    cache: CostCache | None = None,
+    *,
+    wait_counts: bool = True,
 ) -> RunPage:
-    """Page ``page`` (from 0) of ``size`` runs, with the counts per status."""
+    """Page ``page`` (from 0) of ``size`` runs, with the counts per status (without
+    ``wait_counts``, the counts as last read, None the first time: they arrive later)."""
     end = (page + 1) * size
     records = await matching_runs(store, selected, end + 1)
     if cache is None:
-        counts, capped = await status_counts(store, selected)
+        found: tuple[dict[str, int], bool] | None = await status_counts(store, selected)
+    elif wait_counts:
+        found = await cache.counts(store, selected)
     else:
-        counts, capped = await cache.counts(store, selected)
-    if selected.status is not None:
-        total = counts.get(selected.status.value, 0)
-    else:
-        total = sum(counts.values())
+        found = cache.counts_soon(store, selected)
+    counts, capped = found if found is not None else (None, False)
+    total = None
+    if counts is not None:
+        wanted = selected.status
+        total = counts.get(wanted.value, 0) if wanted else sum(counts.values())
     return RunPage(
         runs=records[page * size : end],
         page=page,

@@ -114,16 +114,21 @@ def submit_form(site: Site) -> str:
 def runs_live(site: Site, listed: RunPage, query: Mapping[str, str]) -> str:
     """The live part of the runs page: counts per status, one page of runs, the pager."""
     base = {k: v for k, v in query.items() if k not in ("page", "status")}
-    counts = []
-    total_all = sum(listed.counts.values())
-    counts.append(
-        f'<a href="{escape(site.href("/?" + urlencode(base)))}">all {total_all}'
-        f"{'+' if listed.capped else ''}</a>"
-    )
-    for s in RunStatus:
-        n = listed.counts.get(s.value, 0)
-        href = site.href("/?" + urlencode({**base, "status": s.value}))
-        counts.append(f'<a href="{escape(href)}" class="s-{s.value}">{s.value} {n}</a>')
+    counted = listed.counts
+    plus = "+" if listed.capped else ""
+    if counted is None:
+        counts = ['<span class="muted">counting runs&hellip;</span>']
+    else:
+        counts = [
+            f'<a href="{escape(site.href("/?" + urlencode(base)))}">all '
+            f"{sum(counted.values())}{plus}</a>"
+        ]
+        for s in RunStatus:
+            href = site.href("/?" + urlencode({**base, "status": s.value}))
+            counts.append(
+                f'<a href="{escape(href)}" class="s-{s.value}">{s.value} '
+                f"{counted.get(s.value, 0)}</a>"
+            )
     rows = [
         (
             run_link(site, run.run_id),
@@ -140,12 +145,13 @@ def runs_live(site: Site, listed: RunPage, query: Mapping[str, str]) -> str:
     headers = ("Run", "Workflow", "Status", "Progress", "Owner", "Created", "Finished", "Worker")
     first = listed.page * listed.size
     shown = f"{first + 1}-{first + len(listed.runs)}" if listed.runs else "none"
+    of = "" if listed.total is None else f" of {listed.total}{plus}"
     pager = _pager(site, query, listed)
     api = site.href("/api/runs?" + urlencode(query))
     return (
         f'<p class="counts" id="counts">{"".join(counts)}</p>'
-        f'<p id="page-info">runs {shown} of {listed.total}{"+" if listed.capped else ""}, '
-        f"newest first, page {listed.page + 1}"
+        f'<p id="page-info">runs {shown}{of}, '
+        f"newest first, page {listed.page + 1} "
         f'(<a href="{escape(api)}">JSON</a>)</p>'
         + pager
         + table(headers, rows, "no runs match", table_id="runs")

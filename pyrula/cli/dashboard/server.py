@@ -169,7 +169,7 @@ class Dashboard:
         site = self.site
         if path in ("/", "/runs"):
             flat = filters.flat_query(query)
-            listed = await self._runs(flat, now)
+            listed = await self._runs(flat, now, wait_counts=False)
             tools = (
                 run_pages.filter_form(site, flat)
                 + run_pages.bulk_tools(site, flat)
@@ -206,9 +206,7 @@ class Dashboard:
             ),
             "/owners": (
                 "Owners",
-                lambda: self._with(
-                    queries.owners(self.store, self.cache), fleet_pages.owners_live
-                ),
+                lambda: self._with(queries.owners(self.store, self.cache), fleet_pages.owners_live),
             ),
             "/schedules": (
                 "Schedules",
@@ -225,10 +223,14 @@ class Dashboard:
         return draw(self.site, await data)
 
     # -- reads -----------------------------------------------------------------------
-    async def _runs(self, flat: Mapping[str, str], now: float) -> queries.RunPage:
+    async def _runs(
+        self, flat: Mapping[str, str], now: float, *, wait_counts: bool = True
+    ) -> queries.RunPage:
         page, size = filters.paging(flat)
         selected = filters.run_filter(flat, now)
-        return await queries.runs_page(self.store, selected, page, size, self.cache)
+        return await queries.runs_page(
+            self.store, selected, page, size, self.cache, wait_counts=wait_counts
+        )
 
     async def _run(self, run_id: str, now: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         record = await self.store.get_run(run_id)

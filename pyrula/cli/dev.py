@@ -140,7 +140,9 @@ def dev_command(
     if not names:
         raise CliUsageError(f"no @workflow functions are registered after importing {app}")
     if host not in LOOPBACK_HOSTS:
-        log.warning("the dashboard listens on %s: anyone who can reach it sees every run", host)
+        log.warning(
+            "the dashboard listens on %s: anyone who can reach it sees and acts on every run", host
+        )
     dashboard = server.Dashboard(
         store,
         names,

@@ -74,6 +74,7 @@ GROUP_VALUES = "pyrula.celery_globals"
 proj -b URL worker``): a dict of dest to value."""
 APP_COMMANDS = (
     "worker", "beat", "multi", "status", "inspect", "purge", "call", "result", "control",
+    "flower",
 )  # fmt: skip
 """The subcommands that take an app."""
 SERVING_COMMANDS = ("worker", "beat", "multi")

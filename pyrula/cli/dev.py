@@ -1,4 +1,4 @@
-"""``pyrula dev APP``: a worker and a read-only dashboard in one process, for development.
+"""``pyrula dev APP``: a worker and the dashboard in one process, for development.
 
 APP is a Python file (``app.py``) or a module name (``proj.flows``). It is imported so
 its ``@workflow`` functions register; if it defines a ``pyrula_compat`` Celery app, its
@@ -33,6 +33,7 @@ from pyrula.cli.worker import (
     serve_worker,
 )
 from pyrula.workflows import ConfigurationError, PyrulaError, WorkflowWorker, open_store
+from pyrula.workflows.registry import default_registry
 
 log = logging.getLogger("pyrula.cli.dev")
 
@@ -108,12 +109,12 @@ def dev_command(
     max_concurrent_runs: int | None,
     loglevel: str,
 ) -> None:
-    """Run APP's workflows in a worker and serve a read-only dashboard of the store.
+    """Run APP's workflows in a worker and serve the dashboard of the store.
 
-    APP is a Python file (app.py) or an importable module name. The dashboard lists runs
-    (filter by status and workflow), shows each run's params, result or error and
-    journal, the workers and the schedules, as HTML and as JSON under /api. It is for
-    development: read-only, no authentication, loopback unless --host says otherwise.
+    APP is a Python file (app.py) or an importable module name. The dashboard is the one
+    `pyrula dashboard` serves (runs, workers, queues, schedules, owners, an overview,
+    actions; JSON under /api), on the worker's event loop. It is for development: no
+    authentication, loopback unless --host says otherwise.
     SIGTERM or SIGINT stops the worker gracefully and exits 0.
     """
     name = module_name(app)
@@ -139,8 +140,15 @@ def dev_command(
     if not names:
         raise CliUsageError(f"no @workflow functions are registered after importing {app}")
     if host not in LOOPBACK_HOSTS:
-        log.warning("the dashboard listens on %s: anyone who can reach it sees every run", host)
-    dashboard = server.Dashboard(store, names, mask_url(store.url))
+        log.warning(
+            "the dashboard listens on %s: anyone who can reach it sees and acts on every run", host
+        )
+    dashboard = server.Dashboard(
+        store,
+        names,
+        mask_url(store.url),
+        registry=loaded.registry if loaded else default_registry,
+    )
     banner = (
         f"pyrula worker {worker.worker_id} (pid {os.getpid()}): serving {', '.join(names)} "
         f"on {mask_url(store.url)}, up to {options.max_concurrent_runs} runs at once"
@@ -187,5 +195,4 @@ async def _run(
         await serve_worker(worker, banner, on_start)
     finally:
         for http in listening:
-            http.close()
-            await http.wait_closed()
+            await server.stop(dashboard, http)

@@ -19,11 +19,13 @@ from pyrula.cli.beat import beat_command
 from pyrula.cli.celery_calls import call_command, result_command
 from pyrula.cli.celery_commands import purge_command
 from pyrula.cli.celery_control import control_command
+from pyrula.cli.dashboard.command import dashboard_command, flower_command
 from pyrula.cli.db import db_group
 from pyrula.cli.dev import dev_command
 from pyrula.cli.init import init_command
 from pyrula.cli.inspect import inspect_command, status_command
 from pyrula.cli.multi import multi_command
+from pyrula.cli.operations import bulk_command, run_now_command
 from pyrula.cli.projections import projections_group
 from pyrula.cli.runs import runs_group
 from pyrula.cli.schedules import schedules_group
@@ -85,12 +87,16 @@ def cli(ctx: click.Context, /, **celery_globals: Any) -> None:
 cli.add_command(worker_command)
 cli.add_command(beat_command)
 cli.add_command(init_command)
+runs_group.add_command(bulk_command)
+schedules_group.add_command(run_now_command)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
 cli.add_command(triggers_group)
 cli.add_command(projections_group)
 cli.add_command(db_group)
 cli.add_command(dev_command)
+cli.add_command(dashboard_command)
+cli.add_command(flower_command)
 cli.add_command(status_command)
 cli.add_command(inspect_command)
 cli.add_command(purge_command)

@@ -110,6 +110,7 @@ class Celery(BrokerAttributes):
         self.autofinalize = autofinalize
         self.loader_cls: Any = loader or os.environ.get("CELERY_LOADER") or "app"
         self.control_cls: Any = control or "pyrula_compat.app.control:Control"
+        self.log_cls: Any = log or "pyrula_compat.app.log:Logging"
         self.fixups = set(self.builtin_fixups) if fixups is None else set(fixups)
         self.use_fast_trace_task = False
         self.steps: defaultdict[str, set[Any]] = defaultdict(set)
@@ -283,8 +284,12 @@ class Celery(BrokerAttributes):
 
     @functools.cached_property
     def log(self) -> Logging:
-        """``app.log``: the worker's logging set-up (:mod:`pyrula_compat.app.log`)."""
-        return Logging(self)
+        """``app.log``: the worker's logging set-up, an instance of ``log_cls``
+        (:class:`pyrula_compat.app.log.Logging`, or the class given as ``Celery(log=)``)."""
+        from pyrula_compat.utils.imports import symbol_by_name
+
+        made: Logging = symbol_by_name(self.log_cls)(self)
+        return made
 
     # -- tasks -------------------------------------------------------------------------
     @property

@@ -18,6 +18,7 @@ from typing import Any
 
 from pyrula_compat import _state
 from pyrula_compat.app.base import Celery
+from pyrula_compat.app.log import Logging
 
 DEFAULT_TEST_CONFIG: dict[str, Any] = {
     "worker_hijack_root_logger": False,
@@ -41,12 +42,19 @@ class Trap:
         raise RuntimeError("Test depends on current_app")
 
 
+class UnitLogging(Logging):
+    """Logging for a test app: counts as set up already, so a test never reconfigures
+    the process's logging (and never marks the process's logging as set up)."""
+
+    already_setup = True
+
+
 def TestApp(
     name: str | None = None,
     config: Mapping[str, Any] | None = None,
     enable_logging: bool = False,
     set_as_current: bool = False,
-    log: Any = None,
+    log: Any = UnitLogging,
     backend: str | None = None,
     broker: str | None = None,
     **kwargs: Any,
@@ -63,6 +71,7 @@ def TestApp(
         set_as_current=set_as_current,
         broker=broker or settings.get("broker_url"),
         backend=backend,
+        log=log,
         **kwargs,
     )
     app.add_defaults(settings)

@@ -4,6 +4,7 @@ one-file scripts (as ``celery.contrib.testing.worker.start_worker``)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -11,7 +12,18 @@ from contextlib import contextmanager
 from typing import Any
 
 from pyrula.workflows import WorkerOptions, WorkflowWorker, open_store
+from pyrula_compat.utils.dispatch import Signal
 from pyrula_compat.worker import AppWorker
+
+WORKER_LOGLEVEL = os.environ.get("WORKER_LOGLEVEL", "error")
+"""The test worker's log level, as Celery's (``WORKER_LOGLEVEL`` in the environment)."""
+
+test_worker_starting = Signal(name="test_worker_starting", providing_args={})
+"""Sent by :func:`start_worker` before the worker starts (``sender``: the app)."""
+test_worker_started = Signal(name="test_worker_started", providing_args={"worker", "consumer"})
+"""Sent once the worker serves (``worker``: the :class:`TestWorker`)."""
+test_worker_stopped = Signal(name="test_worker_stopped", providing_args={"worker"})
+"""Sent after the worker stopped."""
 
 FAST = {"claim_poll_interval": 0.05, "timer_poll_interval_s": 0.2, "schedule_poll_interval": 1.0}
 
@@ -71,6 +83,10 @@ class TestWorker:
             self._thread.join(self._startup_timeout)
             self.worker = self._thread = self._setup = None
             raise failure[0]
+        test_worker_started.send(sender=app, worker=self, consumer=None)
+
+    def ensure_started(self) -> None:
+        """Return once the worker serves (:meth:`start` returns only then)."""
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop the worker; whether its thread ended within ``timeout`` seconds (a task
@@ -105,6 +121,7 @@ def start_worker(
     **options: Any,
 ) -> Iterator[TestWorker]:
     """Serve ``app``'s tasks on a background thread until the block ends."""
+    test_worker_starting.send(sender=app)
     settings = {**FAST, "max_concurrent_runs": max(1, concurrency) * 4, **options}
     worker = TestWorker(app, WorkerOptions(**settings), ping_task_timeout)
     worker.start()
@@ -112,6 +129,29 @@ def start_worker(
         yield worker
     finally:
         worker.stop(shutdown_timeout)
+        test_worker_stopped.send(sender=app, worker=worker)
 
 
-__all__ = ["TestWorker", "start_worker"]
+TestWorkController = TestWorker
+"""Celery's name for the test worker's class."""
+
+
+def setup_app_for_worker(app: Any, loglevel: str | int, logfile: str | None) -> None:
+    """Make ``app`` ready for an embedded worker, as Celery does: finalized, current and
+    default, its logging set up."""
+    app.finalize()
+    app.set_current()
+    app.set_default()
+    app.log.setup(loglevel=loglevel, logfile=logfile)
+
+
+__all__ = [
+    "WORKER_LOGLEVEL",
+    "TestWorkController",
+    "TestWorker",
+    "setup_app_for_worker",
+    "start_worker",
+    "test_worker_started",
+    "test_worker_starting",
+    "test_worker_stopped",
+]

@@ -15,7 +15,7 @@ from pyrula.workflows.errors import (
     RunNotFound,
 )
 from pyrula.workflows.records import Outcome, RunRecord, RunStatus
-from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.base import CompleteStore, Store, lease_news_of
 
 from .conftest import START, FakeClock
 from .helpers import COMPLETED, PARAMS, claim_one, create, entry, new_run, running
@@ -30,6 +30,8 @@ PAYLOAD = (
 
 async def test_is_a_store(store: Store) -> None:
     assert isinstance(store, Store)
+    assert isinstance(store, CompleteStore)  # every part: signals, run history, events
+    assert lease_news_of(store) is not None
     assert isinstance(store.url, str) and store.url
     await store.open()  # idempotent
 

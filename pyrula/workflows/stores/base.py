@@ -140,14 +140,18 @@ class RunStore(Protocol):
         holds it can write nothing more; its non-terminal children are terminated too.
         A terminal run: InvalidRunState."""
 
-    async def retry_run(self, run_id: str) -> RunRecord:
-        """Requeue a failed, cancelled, terminated or dead run so it continues.
+    async def retry_run(
+        self, run_id: str, remove: Sequence[int] = (), *, seen_claims: int | None = None
+    ) -> RunRecord:
+        """Requeue a failed, cancelled, terminated or dead run so it continues, and
+        remove its journal entries at the positions ``remove`` (positions without one
+        are passed over), in one atomic step.
 
-        The journal is kept, except the step that failed the run: with a
-        ``failed_position``, that position's error entry and its backoff entries
-        (``rules.backoff_range``) are removed; without one, an error entry at the
-        journal's highest position is. So the failed step runs again, with fresh
-        attempts, while the others replay. Clears the error, ``failed_position``,
+        Which entries go is the engine's decision (:mod:`pyrula.workflows.engine.rerun`:
+        the step that failed the run, so it runs again while the others replay). With
+        ``seen_claims``, only if the run's ``claims`` is exactly that (it has not run
+        again since the caller read its journal), else InvalidRunState and nothing
+        changes. Clears the error, the result, ``finished_at``, ``failed_position``,
         ``cancel_requested`` and the recovery count. Other statuses: InvalidRunState.
         """
 

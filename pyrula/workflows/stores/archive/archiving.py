@@ -278,11 +278,13 @@ class ArchivingStore(ScheduleAdmin):
         except RunNotFound as exc:
             raise await self._read_only_if_archived(run_id, exc) from None
 
-    async def retry_run(self, run_id: str) -> RunRecord:
+    async def retry_run(
+        self, run_id: str, remove: Sequence[int] = (), *, seen_claims: int | None = None
+    ) -> RunRecord:
         """Retry a run the live store holds. A run only the archive holds raises
         InvalidRunState: archived runs are read-only (submit it again instead)."""
         try:
-            return await self.live.retry_run(run_id)
+            return await self.live.retry_run(run_id, remove, seen_claims=seen_claims)
         except RunNotFound as exc:
             raise await self._read_only_if_archived(run_id, exc) from None
 

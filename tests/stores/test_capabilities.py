@@ -92,3 +92,11 @@ def test_a_wrapper_offers_the_capabilities_of_the_store_it_wraps() -> None:
     assert found is inner and isinstance(found, LeaseNews)
     assert native_purge_of(outer) is None
     assert lease_news_of(Wrapper(CoreOnly())) is None
+
+
+def test_an_archiving_store_refuses_a_live_store_without_every_part() -> None:
+    from pyrula.workflows.stores.archive import ArchivingStore, PostgresArchive
+
+    archive = PostgresArchive("postgresql://127.0.0.1:1/never")  # connects on first use
+    with pytest.raises(ConfigurationError, match="core-only:// lacks some"):
+        ArchivingStore(CoreOnly(), archive)

@@ -67,6 +67,10 @@ class ArchivingStore(ScheduleAdmin):
     raise InvalidRunState. ``open()`` refuses a missing or other-version archive schema
     (ArchiveSchemaMismatch); an archive that cannot be reached is logged, and the worker
     runs on the live store until it is back.
+
+    ``live`` must have every part of the protocol (``CompleteStore``); its optional
+    capabilities (lease news, shard leases, its own purge, the blocking fast path) are
+    found through this store, which wraps it (``stores.base.Wrapping``).
     """
 
     def __init__(

@@ -32,6 +32,7 @@ from pyrula.workflows.projections import (
     default_projections,
     lease_name,
 )
+from pyrula.workflows.stores.base import EventStore, events_of
 
 Position = tuple[float, str]
 
@@ -44,6 +45,11 @@ PAGE = 1000
 """Runs read per ``ended_runs`` call when looking for the newest ended run."""
 FIRST_WINDOW = 1.0
 """Seconds back the search for the newest ended run looks first; it widens eightfold."""
+
+
+def _events(store: Store) -> EventStore:
+    """The store's events and cursors part (``pyrula projections`` reads them)."""
+    return events_of(store, "pyrula projections")
 
 
 def decoded(text: str | None) -> Position | None:
@@ -101,13 +107,13 @@ async def projection_states(
 ) -> list[ProjectionState]:
     out = []
     for name, item in wanted:
-        cursor = await store.get_cursor(cursor_name(name))
-        lease = await store.get_cursor(lease_name(name))
+        cursor = await _events(store).get_cursor(cursor_name(name))
+        lease = await _events(store).get_cursor(lease_name(name))
         now = await store.now()
         at = decoded(cursor)
         behind = None
         if cursor is None or at is not None:
-            behind = len(await store.ended_runs(at, COUNT_BOUND + 1))
+            behind = len(await _events(store).ended_runs(at, COUNT_BOUND + 1))
         out.append(ProjectionState(name, item, cursor, holder(lease, now), behind))
     return out
 
@@ -195,7 +201,7 @@ async def last_after(store: Store, after: Position | None) -> Position | None:
     """The position of the last run that ended after ``after``, or None if none did."""
     last = None
     while True:
-        page = await store.ended_runs(after, PAGE)
+        page = await _events(store).ended_runs(after, PAGE)
         if page:
             run = page[-1]
             last = after = (run.finished_at or 0.0, run.run_id)
@@ -274,7 +280,7 @@ def reset_command(
     known = any(item.name == name for item in default_projections.all())
 
     async def reset(store: Store) -> Reset:
-        current = await store.get_cursor(cursor_name(name))
+        current = await _events(store).get_cursor(cursor_name(name))
         if current is None and not known:
             where = (
                 f"the --import modules ({', '.join(modules)}) do not define it"
@@ -295,7 +301,7 @@ def reset_command(
             if newest is None:
                 return Reset(current, current)  # no run ended past it
             target = json.dumps(list(newest))
-        if not await store.swap_cursor(cursor_name(name), current, target):
+        if not await _events(store).swap_cursor(cursor_name(name), current, target):
             raise CliError(
                 f"projection {name!r}: its cursor moved while resetting it (a worker "
                 "delivered a batch); nothing changed, run the command again"

@@ -19,6 +19,7 @@ from pyrula.cli.runs import json_option, store_option, with_store
 from pyrula.cli.worker import import_workflow_modules
 from pyrula.workflows import InvalidParams, PayloadError, PyrulaError, Store, open_store
 from pyrula.workflows.errors import ConfigurationError
+from pyrula.workflows.stores.base import EventStore, events_of
 from pyrula.workflows.sync import WorkflowClient
 from pyrula.workflows.triggers import BatchTrigger, check_name, default_triggers
 
@@ -26,6 +27,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 COUNT_BOUND = 10_000
 """Most events (or runs) a ``list`` counts; past it, ``10000+``."""
+
+
+def _events(store: Store) -> EventStore:
+    """The store's events and cursors part (``pyrula triggers`` reads them)."""
+    return events_of(store, "pyrula triggers")
 
 
 def import_option(command: F) -> F:
@@ -82,7 +88,7 @@ async def buffer_states(
 ) -> list[TriggerState]:
     out = []
     for name, trigger in wanted:
-        events = await store.read_events(name, COUNT_BOUND + 1)
+        events = await _events(store).read_events(name, COUNT_BOUND + 1)
         now = await store.now()
         age = now - events[0].created_at if events else None
         out.append(TriggerState(name, trigger, len(events), age))

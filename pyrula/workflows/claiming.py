@@ -301,7 +301,7 @@ class ClaimLoop:
             if plan.back:
                 await worker.hand_back(plan.back)
             started = len(plan.start) + (plan.alone is not None)
-        for run in getattr(leases, "expired", ()):  # Claimed.expired (a store's claim)
+        for run in leases.expired:
             await self._expired(run)
         return started
 

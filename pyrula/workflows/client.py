@@ -22,7 +22,7 @@ from pyrula.workflows.rate import flow_for
 from pyrula.workflows.records import DEFAULT_OWNER, NO_FLOW, NewRun, RunRecord, RunStatus
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES, ErrorInfo, decode, encode
-from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.base import Store, events_of, history_of, signals_of
 from pyrula.workflows.triggering import PARAMS_OVERHEAD
 from pyrula.workflows.triggers import check_name
 
@@ -122,11 +122,12 @@ class RunHandle:
             raise InvalidParams("a signal name must be a non-empty string")
         storable_text(name, "signal name")
         text = encode(payload, what=f"payload of signal {name!r}")
-        await self._store.send_signal(self.run_id, name, text)
+        signals = signals_of(self._store, "sending a signal")
+        await signals.send_signal(self.run_id, name, text)
 
     async def forget(self) -> bool:
         """Delete the ended run and its journal from the store (False if already gone)."""
-        return await self._store.delete_run(self.run_id)
+        return await history_of(self._store, "forgetting a run").delete_run(self.run_id)
 
     async def cancel(self) -> RunRecord:
         """Ask the run to stop at its next step boundary (a queued run stops at once)."""
@@ -304,7 +305,8 @@ class WorkflowClient:
         in order, as one atomic write; return their sequence numbers. Every value is
         checked (JSON, size) before anything is stored. See
         :mod:`pyrula.workflows.triggers`."""
-        return await self.store.append_events(*self.event_texts(trigger, events))
+        events_store = events_of(self.store, "sending events")
+        return await events_store.append_events(*self.event_texts(trigger, events))
 
     async def send_event(self, trigger: str, event: Any) -> int:
         """Append one event to the buffer of ``trigger``; return its sequence number."""

@@ -19,6 +19,7 @@ from pyrula.workflows.inspection import forget_dead_workers
 from pyrula.workflows.rate import flow_for
 from pyrula.workflows.records import NO_FLOW, NewRun, ScheduleRecord, WorkerInfo
 from pyrula.workflows.schedules import OVERLAP_SKIP, Schedule, check_overlap
+from pyrula.workflows.stores.base import history_of, lease_news_of
 
 if TYPE_CHECKING:
     from pyrula.workflows.stores.base import Store
@@ -63,6 +64,7 @@ async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
     fresh, and is renewed a third of its TTL later like any other."""
     leases = False
     loop = asyncio.get_running_loop()
+    news_of = lease_news_of(worker.store)  # else: renew at the interval only
     while True:
         try:
             await renew_once(worker, workflows, leases=leases)
@@ -70,11 +72,12 @@ async def renew_loop(worker: WorkflowWorker, workflows: list[str]) -> None:
             log.warning("lease renewal failed: %s", exc)
         leases = True
         due = loop.time() + worker.options.lease_renew_interval
+        news = False
         try:
-            news = await worker.store.wait_lease_news(worker.worker_id, due - loop.time())
+            if news_of is not None:
+                news = await news_of.wait_lease_news(worker.worker_id, due - loop.time())
         except StoreError as exc:  # the renewal still comes on time
             log.debug("waiting for lease news failed: %s", exc)
-            news = False
         # No news before the interval (a wait that failed, or a closed store's): sleep
         # out the rest. News: renew now, but not more than NEWS_GAP_MIN apart.
         await asyncio.sleep(NEWS_GAP_MIN if news else max(0.0, due - loop.time()))
@@ -179,7 +182,8 @@ async def purge_ended(store: Store, cutoff: float) -> int:
 async def _purge_batch(store: Store, cutoff: float) -> int:
     """One ``purge_runs`` call, finished even when the worker stops meanwhile: what it
     does after its store call (releasing idempotency keys) must not be cut off."""
-    call = asyncio.ensure_future(store.purge_runs(cutoff, PURGE_BATCH))
+    history = history_of(store, "run_retention")
+    call = asyncio.ensure_future(history.purge_runs(cutoff, PURGE_BATCH))
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError:

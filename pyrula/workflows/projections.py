@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows.errors import ConfigurationError, StoreError
 from pyrula.workflows.records import RunRecord
+from pyrula.workflows.stores.base import events_of
 from pyrula.workflows.triggers import check_name
 
 if TYPE_CHECKING:
@@ -199,8 +200,9 @@ def decode_cursor(text: str | None) -> tuple[float, str] | None:
 async def next_delivery_at(store: Store, item: Projection) -> float | None:
     """Store time at which ``item``'s next undelivered run is (or was) ready, None when
     it is caught up (``WorkflowTestEnv`` skips virtual time to it)."""
-    text = await store.get_cursor(item.cursor_name)
-    page = await store.ended_runs(decode_cursor(text), 1)
+    events = events_of(store, "projections")
+    text = await events.get_cursor(item.cursor_name)
+    page = await events.ended_runs(decode_cursor(text), 1)
     if not page:
         return None
     return (page[0].finished_at or 0.0) + item.settle
@@ -213,6 +215,7 @@ class ProjectionRunner:
         self, store: Store, item: Projection, worker_id: str, lease_ttl: float = LEASE_TTL
     ) -> None:
         self.store = store
+        self.events = events_of(store, "projections")
         self.item = item
         self.worker_id = worker_id
         self.lease_ttl = lease_ttl
@@ -220,26 +223,26 @@ class ProjectionRunner:
     async def hold(self) -> bool:
         """Take or renew this worker's lease on the projection; False if another worker
         holds it."""
-        current = await self.store.get_cursor(self.item.lease_name)
+        current = await self.events.get_cursor(self.item.lease_name)
         now = await self.store.now()
         if current is not None:
             held: dict[str, Any] = json.loads(current)
             if held.get("worker") != self.worker_id and float(held.get("until", 0)) > now:
                 return False
         value = json.dumps({"worker": self.worker_id, "until": now + self.lease_ttl})
-        return await self.store.swap_cursor(self.item.lease_name, current, value)
+        return await self.events.swap_cursor(self.item.lease_name, current, value)
 
     async def release(self) -> None:
         """Let the lease go (a clean stop), so another worker takes over at once."""
-        current = await self.store.get_cursor(self.item.lease_name)
+        current = await self.events.get_cursor(self.item.lease_name)
         if current is not None and json.loads(current).get("worker") == self.worker_id:
-            await self.store.swap_cursor(self.item.lease_name, current, json.dumps({}))
+            await self.events.swap_cursor(self.item.lease_name, current, json.dumps({}))
 
     async def step(self) -> int:
         """Deliver the next batch, if any run is ready; return how many runs the store
         listed (0: caught up). The caller holds the lease."""
-        text = await self.store.get_cursor(self.item.cursor_name)
-        page = await self.store.ended_runs(decode_cursor(text), self.item.batch_size)
+        text = await self.events.get_cursor(self.item.cursor_name)
+        page = await self.events.ended_runs(decode_cursor(text), self.item.batch_size)
         if not page:
             return 0
         ripe_before = await self.store.now() - self.item.settle
@@ -250,7 +253,7 @@ class ProjectionRunner:
         runs = page if wanted is None else [run for run in page if run.workflow in wanted]
         if runs:
             await self._deliver_holding(runs)
-        if not await self.store.swap_cursor(self.item.cursor_name, text, encode_cursor(page[-1])):
+        if not await self.events.swap_cursor(self.item.cursor_name, text, encode_cursor(page[-1])):
             log.warning(
                 "projection %r: its cursor moved under worker %s (another worker took the "
                 "projection over); the batch may be delivered twice",

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from pyrula.workflows.errors import InvalidRunState, RunNotFound
 from pyrula.workflows.records import RunStatus
-from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.base import Store, native_purge_of
 
 PAGE_SIZE = 5000
 """Queued runs read per ``list_runs`` call while purging."""
@@ -41,17 +41,17 @@ async def purge_queued(
     runs cancel``) and is not counted. Safe while workers serve the store, and from
     several processes at once (a run is counted by the call whose cancel ended it).
 
-    A store with a ``purge_queued(workflows, began, page_size)`` of its own purges the
-    same runs its own way: ValkeyStore reads its queues on from where the last page
+    A store with a purge of its own (:class:`~pyrula.workflows.stores.base.NativePurge`)
+    purges the same runs its own way: ValkeyStore reads its queues on from where the last page
     stopped, a page per atomic call, rather than listing them again from the newest
     (:mod:`pyrula.workflows.stores.valkey.queued_purge`).
     """
     if page_size < 1:
         raise ValueError(f"page_size must be at least 1, got {page_size}")
     began = await store.now()
-    own = getattr(store, "purge_queued", None)  # a store's own paging (ValkeyStore's)
-    if own is not None:
-        return int(await own(list(dict.fromkeys(workflows)), began, page_size))
+    native = native_purge_of(store)
+    if native is not None:
+        return await native.purge_queued(list(dict.fromkeys(workflows)), began, page_size)
     purged = 0
     for workflow in dict.fromkeys(workflows):
         kept = 0  # queued runs left alone (started once, or sent since): read past them

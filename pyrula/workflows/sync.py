@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pyrula.workflows.client import Delay, RunHandle, outcome_of
 from pyrula.workflows.client import WorkflowClient as AsyncWorkflowClient
@@ -33,10 +33,7 @@ from pyrula.workflows.inspection import live_workers
 from pyrula.workflows.records import RunRecord, RunStatus, WorkerInfo
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
-from pyrula.workflows.stores.base import Store
-
-if TYPE_CHECKING:
-    from pyrula.workflows.stores.valkey.blocking import BlockingValkey
+from pyrula.workflows.stores.base import BlockingRuns, Store, events_of, fast_path_of
 
 T = TypeVar("T")
 
@@ -84,13 +81,14 @@ class WorkflowClient:
         self._runner: _LoopThread | None = None
         self._pid = os.getpid()
         self._closed = False
-        self._fast = _fast_path(store)
-        self._archived = self._fast is not None and self._fast.store is not store
-        """The fast path serves the live store of an ArchivingStore: what it does not
+        fast = fast_path_of(store)
+        self._fast = None if fast is None else fast.blocking_runs()
+        self._archived = self._fast is not None and cast(object, fast) is not store
+        """The fast path serves the store an ArchivingStore wraps: what it does not
         find there may be in the archive (the async path reads it)."""
         _clients.add(self)
 
-    def _ready_fast(self) -> BlockingValkey | None:
+    def _ready_fast(self) -> BlockingRuns | None:
         """The blocking fast path, if it can take a call now."""
         fast = self._fast
         if fast is None:
@@ -183,7 +181,8 @@ class WorkflowClient:
     ) -> list[int]:
         """Append ``events`` to the batch trigger's buffer; see the async client's."""
         name, texts = self._async.event_texts(trigger, events)  # checked in this thread
-        return self._call(self.store.append_events(name, texts), timeout)
+        buffers = events_of(self.store, "sending events")
+        return self._call(buffers.append_events(name, texts), timeout)
 
     def send_event(self, trigger: str, event: Any, timeout: float | None = None) -> int:
         """Append one event to the batch trigger's buffer; return its sequence number."""
@@ -275,24 +274,6 @@ class SyncRunHandle:
 
     def retry(self) -> RunRecord:
         return self._client._call(self._handle.retry())
-
-
-def _fast_path(store: Store) -> BlockingValkey | None:
-    """The blocking fast path for a single-node ValkeyStore, or for the live one of an
-    ArchivingStore over it (else None)."""
-    if type(store).__module__.startswith("pyrula.workflows.stores.archive"):
-        from pyrula.workflows.stores.archive.archiving import ArchivingStore
-
-        if isinstance(store, ArchivingStore):
-            store = store.live
-    if not type(store).__module__.startswith("pyrula.workflows.stores.valkey"):
-        return None  # and valkey-py is not imported for other stores
-    from pyrula.workflows.stores.valkey.blocking import BlockingValkey
-    from pyrula.workflows.stores.valkey.store import ValkeyStore
-
-    if not isinstance(store, ValkeyStore) or store.cluster:
-        return None
-    return BlockingValkey(store)
 
 
 def _after_fork_in_child() -> None:

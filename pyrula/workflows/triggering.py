@@ -28,6 +28,7 @@ from pyrula.workflows.errors import IdempotencyConflict, InvalidRunState, StoreE
 from pyrula.workflows.rate import flow_for
 from pyrula.workflows.records import DEFAULT_OWNER, NO_FLOW, NewRun, RunRecord, TriggerEvent
 from pyrula.workflows.serialization import DEFAULT_MAX_PAYLOAD_BYTES
+from pyrula.workflows.stores.base import events_of
 from pyrula.workflows.triggers import BatchTrigger
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class TriggerFirer:
         definitions: dict[str, WorkflowDefinition] | None = None,
     ) -> None:
         self.store = store
+        self.events = events_of(store, "batch triggers")
         self.max_payload_bytes = max_payload_bytes
         self.definitions = definitions or {}
 
@@ -89,7 +91,7 @@ class TriggerFirer:
         the seconds until its buffer should be looked at again (0: more may be ready), or
         None when the buffer is empty or its first batch cannot be fired (logged)."""
         for _ in range(BATCHES_PER_LOOK):
-            events = await self.store.read_events(trigger.name, trigger.max_size)
+            events = await self.events.read_events(trigger.name, trigger.max_size)
             if not events:
                 return None
             now = await self.store.now()
@@ -146,7 +148,7 @@ class TriggerFirer:
                 first.seq,
             )
             return None
-        if await self.store.consume_events(trigger.name, first.seq, count):
+        if await self.events.consume_events(trigger.name, first.seq, count):
             log.info(
                 "trigger %r started run %s with %d event(s)", trigger.name, record.run_id, count
             )
@@ -173,7 +175,7 @@ class TriggerFirer:
 async def next_batch_at(store: Store, trigger: BatchTrigger) -> float | None:
     """Store time at which ``trigger``'s next batch is (or was) ready, None when its
     buffer is empty (``WorkflowTestEnv`` skips virtual time to it)."""
-    events = await store.read_events(trigger.name, trigger.max_size)
+    events = await events_of(store, "batch triggers").read_events(trigger.name, trigger.max_size)
     if not events:
         return None
     if len(events) >= trigger.max_size:

@@ -31,7 +31,7 @@ from pyrula.workflows.options import WorkerOptions
 from pyrula.workflows.projections import Projection, default_projections, projection_loop
 from pyrula.workflows.records import Lease
 from pyrula.workflows.registry import Registry, WorkflowDefinition, default_registry
-from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.base import Store, reconciling_of, shard_leasing_of
 from pyrula.workflows.triggering import trigger_loop
 from pyrula.workflows.triggers import BatchTrigger, default_triggers
 
@@ -96,7 +96,8 @@ class WorkflowWorker:
                 raise ConfigurationError(
                     f"workflows= takes @workflow-decorated functions, got {definition!r}"
                 )
-        ttl = getattr(store, "shard_lease_ttl", None)  # sharded stores only
+        sharded = shard_leasing_of(store)
+        ttl = None if sharded is None else sharded.shard_lease_ttl
         interval = self.options.shard_lease_interval
         # The default may not fit a store given a short TTL (and its own interval): the
         # store's interval applies then. A value set here that cannot work is refused.
@@ -225,17 +226,19 @@ class WorkflowWorker:
             housekeeping.append(
                 asyncio.create_task(projection_loop(self, projections), name="pyrula-projections")
             )
-        reconcile = getattr(self.store, "reconcile_loop", None)  # archiving stores only
-        if reconcile is not None:
+        reconciling = reconciling_of(self.store)  # archiving stores
+        if reconciling is not None:
             housekeeping.append(
-                asyncio.create_task(reconcile(self.worker_id), name="pyrula-reconcile")
+                asyncio.create_task(
+                    reconciling.reconcile_loop(self.worker_id), name="pyrula-reconcile"
+                )
             )
-        lease_loop = getattr(self.store, "shard_lease_loop", None)  # sharded stores only
+        sharded = shard_leasing_of(self.store)  # sharded stores
         shard_leases = (
             None
-            if lease_loop is None
+            if sharded is None
             else asyncio.create_task(
-                lease_loop(self.worker_id, self.options.shard_lease_interval),
+                sharded.shard_lease_loop(self.worker_id, self.options.shard_lease_interval),
                 name="pyrula-shard-leases",
             )
         )

@@ -150,15 +150,16 @@ async def test_a_crash_after_the_run_before_the_consume_runs_no_batch_twice(
     class Crash(Exception):
         pass
 
-    crashing = TriggerFirer(store)
-
     async def crash(*args: Any) -> bool:
         raise Crash
 
-    crashing.store = type("S", (), {})()  # a store whose consume "crashes"
-    for name in ("read_events", "now", "create_run", "get_run"):
-        setattr(crashing.store, name, getattr(store, name))
-    crashing.store.consume_events = crash  # type: ignore[attr-defined]
+    # A store whose consume "crashes": the real store's other calls, that one replaced.
+    crashy = type("S", (), {})()
+    kept = ("read_events", "now", "create_run", "get_run")
+    for name in (*kept, "append_events", "get_cursor", "swap_cursor", "ended_runs"):
+        setattr(crashy, name, getattr(store, name))
+    crashy.consume_events = crash
+    crashing = TriggerFirer(crashy)
     with pytest.raises(Crash):
         await crashing.fire_ready(trigger)
     assert batches(await all_runs(store)) == [[1, 2, 3]]  # the run exists, events remain

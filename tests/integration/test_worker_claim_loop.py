@@ -30,6 +30,7 @@ from pyrula.workflows import (
 )
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.stores.valkey import ValkeyStore
+from pyrula.workflows.stores.valkey.keys import Keys
 from pyrula.workflows.stores.valkey.queue import WAKE_READY
 from tests.conftest import FAST, StartWorker
 from tests.valkey.servers import ValkeyProcess, fresh_namespace, valkey_server  # noqa: F401
@@ -273,8 +274,9 @@ async def test_a_wake_up_for_runs_another_worker_took_costs_one_targeted_claim(
         await start_worker(store, definitions, claim_poll_interval=3.0, timer_poll_interval_s=5.0)
         await asyncio.sleep(0.5)  # idle: blocked on the wake-up lists
         claims = len(store.claimed)
-        raw = store._server.client()
-        await raw.lpush(store._keys.wake("b"), WAKE_READY)
+        # Pushed from a client of the test's own, under the key schema's name for it.
+        with valkey_server.client() as raw:
+            raw.lpush(Keys(store.namespace, store.shard_count).wake("b"), WAKE_READY)
         await asyncio.sleep(0.3)
         assert store.claimed[claims:] == [["b"]], store.claimed[claims:]
         # A run submitted now is claimed at once all the same (not at the 3 s poll).

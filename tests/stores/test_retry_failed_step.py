@@ -1,7 +1,9 @@
-"""Conformance: ``retry_run`` removes exactly the step that failed the run."""
+"""Conformance: a retry (the engine's, ``engine.rerun.retry_run``, which chooses the
+journal edit and has the store make it) removes exactly the step that failed the run."""
 
 from __future__ import annotations
 
+from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.records import JournalEntry, Outcome, RunStatus
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.rules import backoff_position
@@ -33,7 +35,7 @@ async def test_the_failed_position_and_its_backoffs_are_cleared(store: Store) ->
     failed = Outcome(RunStatus.FAILED, error=ERROR, failed_position=0)
     record = await store.finish_run(run_id, lease.token, failed)
     assert record.failed_position == 0
-    retried = await store.retry_run(run_id)
+    retried = await retry_run(store, run_id)
     assert retried.failed_position is None
     assert [(e.position, e.name) for e in await store.load_journal(run_id)] == [(1, "fine")]
     again = await claim_one(store)
@@ -46,7 +48,7 @@ async def test_without_a_position_the_last_error_entry_goes(store: Store) -> Non
     await store.append_journal(lease.token, entry(run_id, 0, "a"))
     await store.append_journal(lease.token, entry(run_id, 1, "b", ok=False, value=ERROR))
     await store.finish_run(run_id, lease.token, Outcome(RunStatus.FAILED, error=ERROR))
-    await store.retry_run(run_id)
+    await retry_run(store, run_id)
     assert [e.position for e in await store.load_journal(run_id)] == [0]
 
 
@@ -58,5 +60,5 @@ async def test_an_ok_entry_at_the_failed_position_is_kept(store: Store) -> None:
     await store.append_journal(lease.token, entry(run_id, 0, "a"))
     failed = Outcome(RunStatus.FAILED, error=ERROR, failed_position=0)
     await store.finish_run(run_id, lease.token, failed)
-    await store.retry_run(run_id)
+    await retry_run(store, run_id)
     assert [e.position for e in await store.load_journal(run_id)] == [0]

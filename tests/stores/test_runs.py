@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.errors import (
     IdempotencyConflict,
     InvalidRunState,
@@ -15,7 +16,7 @@ from pyrula.workflows.errors import (
     RunNotFound,
 )
 from pyrula.workflows.records import Outcome, RunRecord, RunStatus
-from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.base import CompleteStore, Store, lease_news_of
 
 from .conftest import START, FakeClock
 from .helpers import COMPLETED, PARAMS, claim_one, create, entry, new_run, running
@@ -30,6 +31,8 @@ PAYLOAD = (
 
 async def test_is_a_store(store: Store) -> None:
     assert isinstance(store, Store)
+    assert isinstance(store, CompleteStore)  # every part: signals, run history, events
+    assert lease_news_of(store) is not None
     assert isinstance(store.url, str) and store.url
     await store.open()  # idempotent
 
@@ -333,7 +336,7 @@ async def test_retry_failed_drops_the_trailing_error(store: Store, clock: FakeCl
     await store.finish_run(run_id, lease.token, Outcome(RunStatus.FAILED, error='{"e":1}'))
     clock.advance(7)
 
-    run = await store.retry_run(run_id)
+    run = await retry_run(store, run_id)  # the engine's retry: it chooses the edit
     assert run.status is RunStatus.QUEUED and not run.is_terminal
     assert run.error is None and run.result is None and run.finished_at is None
     assert run.available_at == run.updated_at == START + 7
@@ -355,8 +358,40 @@ async def test_retry_keeps_an_ok_journal(store: Store) -> None:
     lease = await running(store)
     await store.append_journal(lease.token, entry(lease.run_id, 0, "a"))
     await store.terminate_run(lease.run_id)
-    await store.retry_run(lease.run_id)
+    await retry_run(store, lease.run_id)
     assert len(await store.load_journal(lease.run_id)) == 1
+
+
+async def test_retry_removes_the_positions_it_is_given(store: Store) -> None:
+    lease = await running(store)
+    run_id = lease.run_id
+    for position in (-3, 0, 1, 2):
+        await store.append_journal(lease.token, entry(run_id, position, f"s{position}"))
+    await store.finish_run(run_id, lease.token, Outcome(RunStatus.FAILED, error='{"e":1}'))
+    run = await store.retry_run(run_id, [-3, 2, 7], seen_claims=1)  # 7: none there
+    assert run.status is RunStatus.QUEUED
+    assert [e.position for e in await store.load_journal(run_id)] == [0, 1]
+
+
+async def test_a_plain_retry_keeps_the_journal(store: Store) -> None:
+    lease = await running(store)
+    run_id = lease.run_id
+    await store.append_journal(lease.token, entry(run_id, 0, "a", ok=False, value='{"e":1}'))
+    await store.finish_run(run_id, lease.token, Outcome(RunStatus.FAILED, error='{"e":1}'))
+    await store.retry_run(run_id)
+    assert [e.position for e in await store.load_journal(run_id)] == [0]
+
+
+async def test_a_retry_of_a_run_claimed_since_it_was_read_changes_nothing(store: Store) -> None:
+    lease = await running(store)
+    run_id = lease.run_id
+    await store.append_journal(lease.token, entry(run_id, 0, "a", ok=False, value='{"e":1}'))
+    await store.finish_run(run_id, lease.token, Outcome(RunStatus.FAILED, error='{"e":1}'))
+    with pytest.raises(InvalidRunState, match="claimed again since"):
+        await store.retry_run(run_id, [0], seen_claims=0)
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.FAILED and run.claims == 1
+    assert [e.position for e in await store.load_journal(run_id)] == [0]
 
 
 async def test_retry_clears_cancel_request_and_recoveries(store: Store, clock: FakeClock) -> None:

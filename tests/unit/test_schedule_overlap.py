@@ -13,7 +13,7 @@ import pytest
 from pyrula.workflows import MemoryStore, RunStatus, WorkflowWorker
 from pyrula.workflows.errors import InvalidSchedule
 from pyrula.workflows.loops import fire
-from pyrula.workflows.records import ScheduleRecord
+from pyrula.workflows.records import ScheduleRecord, Wait
 from pyrula.workflows.registry import Registry
 from pyrula.workflows.schedules import (
     OVERLAP_ALLOW_ALL,
@@ -77,10 +77,28 @@ def worker_on(store: MemoryStore) -> WorkflowWorker:
     return WorkflowWorker(store=store, workflows=[], registry=Registry())
 
 
-def set_status(store: MemoryStore, run_id: str, status: RunStatus) -> None:
-    """Put a run in ``status`` directly (what the engine reads is all that matters here)."""
-    with store._s.lock:
-        store._s.runs[run_id] = dataclasses.replace(store._s.runs[run_id], status=status)
+async def move_on(store: MemoryStore, run_id: str, status: RunStatus) -> None:
+    """Take the run, through the store's own operations, from the status before
+    ``status`` in ``UNDER_WAY`` (or from queued) to ``status``."""
+    if status is RunStatus.RUNNING:
+        await store.claim_runs("w", ["tick"], 1, FOREVER)
+    elif status is RunStatus.WAITING:
+        running = await store.get_run(run_id)
+        assert running is not None
+        assert await store.suspend_run(run_id, running.lease_token, Wait(signal="go"))
+    elif status is RunStatus.SLEEPING:
+        await store.send_signal(run_id, "go", "null")  # queued again
+        [lease] = await store.claim_runs("w", ["tick"], 1, FOREVER)
+        now = await store.now()
+        assert await store.suspend_run(run_id, lease.token, Wait(wake_at=now + FOREVER))
+    elif status is RunStatus.CANCELLED:
+        await store.cancel_run(run_id)
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is status
+
+
+FOREVER = 1e9
+UNDER_WAY = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.SLEEPING)
 
 
 async def due(store: MemoryStore, clock: FakeClock, schedule_id: str) -> ScheduleRecord:
@@ -98,8 +116,8 @@ async def test_skip_skips_while_the_last_run_has_not_ended(
     await fire(worker, await due(store, clock, "s"))  # no last run: fires
     [first] = await store.list_runs()
     assert (await store.get_schedule("s")).last_run_id == first.run_id  # type: ignore[union-attr]
-    for status in (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING):
-        set_status(store, first.run_id, status)
+    for status in UNDER_WAY:
+        await move_on(store, first.run_id, status)
         record = await due(store, clock, "s")
         with caplog.at_level(logging.INFO, logger="pyrula.workflows.worker"):
             await fire(worker, record)
@@ -112,7 +130,7 @@ async def test_skip_skips_while_the_last_run_has_not_ended(
             f"{first.run_id} is still {status.value}"
         ) in caplog.text
     # It ended: the next slot fires.
-    set_status(store, first.run_id, RunStatus.COMPLETED)
+    await move_on(store, first.run_id, RunStatus.CANCELLED)
     record = await due(store, clock, "s")
     await fire(worker, record)
     runs = await store.list_runs()

@@ -20,6 +20,7 @@ from pyrula.workflows.errors import InvalidParams, SignalTimeout, WorkflowError
 from pyrula.workflows.records import JournalEntry, NewRun, RunRecord, RunStatus, Wait
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.serialization import decode, encode
+from pyrula.workflows.stores.base import signals_of
 
 if TYPE_CHECKING:
     from pyrula.workflows.engine.execution import RunExecution
@@ -119,7 +120,10 @@ async def wait_for_signal(execution: RunExecution, name: str, timeout: float | N
             value="null",
         )
         payload = await execution.fenced(
-            lambda: execution.store.consume_signal(execution.token, probe), "signal receipt"
+            lambda: signals_of(execution.store, "ctx.wait_for_signal").consume_signal(
+                execution.token, probe
+            ),
+            "signal receipt",
         )
         if payload is not None:
             received = JournalEntry(

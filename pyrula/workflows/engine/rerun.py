@@ -1,7 +1,10 @@
 """Retrying a run: the step that failed it runs again, and so does a child that failed it.
 
-``store.retry_run`` requeues a run and removes the journal entry of the step that ended
-it: the entry at its ``failed_position``, else its last entry, if that entry is an error.
+The engine decides what a retry removes from the journal (:func:`retry_edit`): the entry
+of the step that ended the run, the one at its ``failed_position`` (with that step's
+backoff entries), else its last entry, if that entry is an error; ``store.retry_run``
+requeues the run and removes those positions in one atomic step, provided the run was not
+claimed again since the journal was read (``seen_claims``).
 A parent's ``ctx.run_child`` journals two entries: ``child`` (the child's id) and
 ``child_result`` (the child's outcome, journaled as an error when the child did not
 complete). When the entry the store removes is such a ``child_result``, the retried
@@ -24,7 +27,7 @@ from pyrula.workflows.errors import InvalidRunState
 from pyrula.workflows.records import RETRYABLE_STATUSES, JournalEntry, RunRecord
 from pyrula.workflows.serialization import decode
 from pyrula.workflows.stores.base import Store
-from pyrula.workflows.stores.rules import retried_position
+from pyrula.workflows.stores.rules import backoff_range
 
 CHILD = "child"
 """Journal kind of a child run's start; its value is the child's run id."""
@@ -40,11 +43,29 @@ async def retry_run(store: Store, run_id: str) -> RunRecord:
     be retried is refused before any child is touched.
     """
     run = await store.get_run(run_id)
-    if run is not None and run.status in RETRYABLE_STATUSES:
-        journal = await store.load_journal(run_id)
-        for child_id in children_to_rerun(run, journal):
-            await _retry_child(store, run_id, child_id)
-    return await store.retry_run(run_id)
+    if run is None or run.status not in RETRYABLE_STATUSES:
+        return await store.retry_run(run_id)  # raises RunNotFound or InvalidRunState
+    journal = await store.load_journal(run_id)
+    for child_id in children_to_rerun(run, journal):
+        await _retry_child(store, run_id, child_id)
+    return await store.retry_run(run_id, retry_edit(run, journal), seen_claims=run.claims)
+
+
+def retry_edit(run: RunRecord, journal: Sequence[JournalEntry]) -> list[int]:
+    """The journal positions a retry of ``run`` removes, so that the step that failed it
+    runs again, with fresh attempts, while the others replay: with a
+    ``failed_position``, that position's entry if it is an error and the step's backoff
+    entries (``rules.backoff_range``); without one, the entry at the journal's highest
+    position if it is an error. An entry that succeeded is never removed."""
+    entries = {entry.position: entry for entry in journal}
+    remove: list[int] = []
+    if run.failed_position is not None:
+        low, high = backoff_range(run.failed_position)
+        remove += sorted(p for p in entries if low <= p <= high)
+    failed = _failed_entry(run, entries)
+    if failed is not None:
+        remove.append(failed.position)
+    return remove
 
 
 def children_to_rerun(run: RunRecord, journal: Sequence[JournalEntry]) -> list[str]:
@@ -63,9 +84,14 @@ def children_to_rerun(run: RunRecord, journal: Sequence[JournalEntry]) -> list[s
 
 
 def _failed_entry(run: RunRecord, entries: Mapping[int, JournalEntry]) -> JournalEntry | None:
-    """The entry ``store.retry_run`` removes, if any."""
-    position = retried_position(run.failed_position, entries)
-    return None if position is None else entries[position]
+    """The error entry of the step that ended the run: the one at its
+    ``failed_position``, else its last entry; None when that entry succeeded (or there
+    is none)."""
+    position = run.failed_position
+    if position is None:
+        position = max(entries, default=None)
+    entry = entries.get(position) if position is not None else None
+    return entry if entry is not None and not entry.ok else None
 
 
 async def _retry_child(store: Store, parent_id: str, child_id: str) -> None:

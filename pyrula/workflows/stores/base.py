@@ -1,15 +1,30 @@
-"""The Store protocol: the one interface every backend implements.
+"""The Store protocol: the parts a backend has, and the optional capabilities it may add.
 
-The engine, the worker and the clients speak only to this protocol. Records go in and
-out (:mod:`pyrula.workflows.records`); no driver type crosses it, and driver errors are
-translated to :mod:`pyrula.workflows.errors` at the store boundary.
+The engine, the worker, the clients and the CLI speak only to these protocols. Records go
+in and out (:mod:`pyrula.workflows.records`); no driver type crosses them, and driver
+errors are translated to :mod:`pyrula.workflows.errors` at the store boundary.
 :class:`~pyrula.workflows.stores.memory.MemoryStore` is the executable specification and
 ``tests/stores/`` is the conformance suite every backend must pass.
+
+The core, :class:`Store`, is what running workflows needs: :class:`Lifecycle`,
+:class:`RunStore` (the client side), :class:`QueueStore` (claims, leases, the journal,
+timers, recovery), :class:`ScheduleStore` and :class:`WorkerRegistry`. Three more parts
+serve a feature each: :class:`SignalStore` (signals), :class:`RunHistory` (forgetting
+ended runs) and :class:`EventStore` (batch-trigger buffers, the ended-run feed, named
+cursors). Code that uses one asks for it (:func:`signals_of`, :func:`history_of`,
+:func:`events_of`), and a store without it is refused with ConfigurationError naming the
+feature. Every bundled backend has every part (:class:`CompleteStore`).
+
+Optional capabilities are declared protocols too, looked up with the ``*_of`` functions below
+(``isinstance``, never an attribute probe or a module name): :class:`LeaseNews`,
+:class:`ShardLeasing`, :class:`Reconciling`, :class:`NativePurge` and
+:class:`BlockingFastPath`. A store that wraps another (:class:`Wrapping`: the archiving
+store) offers the wrapped store's capabilities it does not have itself.
 
 Rules every implementation keeps:
 
 * **Store time.** Anything shared (lease expiry, when a run becomes claimable) is decided
-  by the store's clock (:meth:`Store.now`), never the caller's.
+  by the store's clock (:meth:`Lifecycle.now`), never the caller's.
 * **Atomicity.** Each operation is atomic: it happens whole or not at all.
 * **Fencing.** Every claim gives the run a new, larger ``lease_token``; terminate bumps it
   too. ``append_journal``, ``finish_run`` and ``release_run`` are refused with
@@ -26,8 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from pyrula.workflows.errors import ConfigurationError
 from pyrula.workflows.records import (
     JournalEntry,
     Lease,
@@ -64,14 +80,12 @@ class Claimed(list[Lease]):
         self.expired = list(expired)
 
 
-@runtime_checkable
-class Store(Protocol):
-    """Durable state for runs, their journals and their leases."""
+class Lifecycle(Protocol):
+    """Opening, closing and the clock: every store has them."""
 
     url: str
     """Where the store lives, with any password masked; used in messages."""
 
-    # -- lifecycle -------------------------------------------------------------------
     async def open(self) -> None:
         """Connect and create or check the schema. Idempotent; called before first use."""
 
@@ -83,7 +97,10 @@ class Store(Protocol):
     async def now(self) -> float:
         """The store's clock, epoch seconds."""
 
-    # -- runs (client side) ----------------------------------------------------------
+
+class RunStore(Protocol):
+    """Runs, the client side: create, read, wait for, cancel, terminate, retry, signal."""
+
     async def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Store a queued run and wake a waiting worker; return it and whether it was created.
 
@@ -112,34 +129,6 @@ class Store(Protocol):
         Raises :class:`~pyrula.workflows.errors.RunNotFound`. Must not busy-poll.
         """
 
-    async def delete_run(self, run_id: str) -> bool:
-        """Forget a terminal run: its record, journal, signals and idempotency key.
-
-        False when there is no such run; a run that has not ended: InvalidRunState.
-        """
-
-    async def purge_runs(self, ended_before: float, limit: int) -> int:
-        """Forget up to ``limit`` runs that ended before ``ended_before`` (store time), each
-        as :meth:`delete_run` forgets one, those that ended first first; returns how many.
-
-        A run that ended and was retried is not ended any more. Workers call this with
-        ``WorkerOptions.run_retention``; several may at once.
-        """
-
-    async def ended_runs(self, after: tuple[float, str] | None, limit: int) -> list[RunRecord]:
-        """Terminal runs in the order they ended: those whose ``(finished_at, run_id)`` is
-        greater than ``after`` (None: from the first), ordered by ``(finished_at, run_id)``,
-        at most ``limit``. The last one's ``(finished_at, run_id)`` is the cursor for the
-        next page, so paging visits every ended run once even when many share a
-        ``finished_at``. A run that ended and was retried is not ended any more (it leaves
-        this listing until it ends again, with its new ``finished_at``).
-
-        Run ids compare as strings (code point order: their UTF-8 bytes' order). A page
-        shorter than ``limit`` had no more to show at that moment. Read from the index
-        ``purge_runs`` uses, so a page costs about ``limit`` runs (plus those that ended
-        at the cursor's very instant), not the history. ``limit <= 0``: ``[]``.
-        """
-
     async def cancel_run(self, run_id: str) -> RunRecord:
         """Cancel: a queued, sleeping or waiting run becomes ``cancelled`` at once; a
         running run gets ``cancel_requested`` and its worker stops at the next step
@@ -151,18 +140,26 @@ class Store(Protocol):
         holds it can write nothing more; its non-terminal children are terminated too.
         A terminal run: InvalidRunState."""
 
-    async def retry_run(self, run_id: str) -> RunRecord:
-        """Requeue a failed, cancelled, terminated or dead run so it continues.
+    async def retry_run(
+        self, run_id: str, remove: Sequence[int] = (), *, seen_claims: int | None = None
+    ) -> RunRecord:
+        """Requeue a failed, cancelled, terminated or dead run so it continues, and
+        remove its journal entries at the positions ``remove`` (positions without one
+        are passed over), in one atomic step.
 
-        The journal is kept, except the step that failed the run: with a
-        ``failed_position``, that position's error entry and its backoff entries
-        (``rules.backoff_range``) are removed; without one, an error entry at the
-        journal's highest position is. So the failed step runs again, with fresh
-        attempts, while the others replay. Clears the error, ``failed_position``,
+        Which entries go is the engine's decision (:mod:`pyrula.workflows.engine.rerun`:
+        the step that failed the run, so it runs again while the others replay). With
+        ``seen_claims``, only if the run's ``claims`` is exactly that (it has not run
+        again since the caller read its journal), else InvalidRunState and nothing
+        changes. Clears the error, the result, ``finished_at``, ``failed_position``,
         ``cancel_requested`` and the recovery count. Other statuses: InvalidRunState.
         """
 
-    # -- queue and leases (worker side) ----------------------------------------------
+
+class QueueStore(Protocol):
+    """The queue and leases, the worker side: claims, leases, the journal, timers and
+    recovery. Every write a lease holder makes is fenced by its token."""
+
     async def wait_for_work(self, workflows: Sequence[str], timeout: float) -> Sequence[str] | None:
         """Return when a run of one of ``workflows`` may have become claimable, or after
         ``timeout`` seconds. Spurious returns are allowed.
@@ -226,6 +223,10 @@ class Store(Protocol):
         runs start on time without polling.
         """
 
+    async def fire_timers(self, limit: int) -> int:
+        """Queue up to ``limit`` sleeping or waiting runs whose ``wake_at`` has passed,
+        oldest ``wake_at`` first; return how many. Wakes claimers of those workflows."""
+
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float
     ) -> RenewResult:
@@ -237,25 +238,21 @@ class Store(Protocol):
         are reported.
         """
 
-    async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
-        """Return True as soon as a run that ``worker_id`` holds may have been cancelled
-        or terminated (the worker then renews its leases at once, which says which);
-        False after ``timeout`` seconds without such news, or once the store closes.
-        Spurious True is allowed. ``cancel_run`` and ``terminate_run`` send the news to
-        the holder of each running run they reach, from any process (MemoryStore has
-        one); news sent while the worker was not waiting is kept for its next wait."""
+    async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
+        """Requeue up to ``limit`` running runs whose lease expired.
 
-    async def load_journal(self, run_id: str) -> list[JournalEntry]:
-        """The run's journal entries in position order."""
+        Each recovery increments ``recoveries``; a run whose count would exceed
+        ``max_recoveries`` becomes ``dead`` instead (it keeps killing its workers) with
+        an error saying so.
+        """
 
-    async def append_journal(self, token: int, entry: JournalEntry) -> bool:
-        """Record ``entry`` at its position, fenced by ``token``; return ``cancel_requested``.
+    async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
+        """Release a running run until what ``wait`` names happens; fenced.
 
-        Any free position may be written (steps run concurrently by ``ctx.gather`` finish
-        in any order). A taken position whose entry is identical in kind, name, ok and
-        value (a retried write whose reply was lost) is accepted without change. A
-        different entry at a taken position raises
-        :class:`~pyrula.workflows.errors.NondeterminismError`; a stale token, LeaseLost.
+        The run becomes ``sleeping`` (only ``wake_at``) or ``waiting`` (a signal or a
+        child, with ``wake_at`` as an optional deadline) and holds no lease. Returns
+        False and changes nothing when the wait is already over: ``wake_at <= now``, a
+        signal of that name is pending, or the child run is terminal.
         """
 
     async def finish_run(
@@ -283,43 +280,28 @@ class Store(Protocol):
         """Record a running run's custom state and its JSON ``info``; fenced. Visible to
         every reader at once; kept after the run ends."""
 
-    async def suspend_run(self, run_id: str, token: int, wait: Wait) -> bool:
-        """Release a running run until what ``wait`` names happens; fenced.
+    async def load_journal(self, run_id: str) -> list[JournalEntry]:
+        """The run's journal entries in position order."""
 
-        The run becomes ``sleeping`` (only ``wake_at``) or ``waiting`` (a signal or a
-        child, with ``wake_at`` as an optional deadline) and holds no lease. Returns
-        False and changes nothing when the wait is already over: ``wake_at <= now``, a
-        signal of that name is pending, or the child run is terminal.
+    async def append_journal(self, token: int, entry: JournalEntry) -> bool:
+        """Record ``entry`` at its position, fenced by ``token``; return ``cancel_requested``.
+
+        Any free position may be written (steps run concurrently by ``ctx.gather`` finish
+        in any order). A taken position whose entry is identical in kind, name, ok and
+        value (a retried write whose reply was lost) is accepted without change. A
+        different entry at a taken position raises
+        :class:`~pyrula.workflows.errors.NondeterminismError`; a stale token, LeaseLost.
         """
 
-    async def fire_timers(self, limit: int) -> int:
-        """Queue up to ``limit`` sleeping or waiting runs whose ``wake_at`` has passed,
-        oldest ``wake_at`` first; return how many. Wakes claimers of those workflows."""
-
-    # -- signals -----------------------------------------------------------------------
-    async def send_signal(self, run_id: str, name: str, payload: str) -> None:
-        """Keep a signal (payload is JSON text) for the run; signals of one name queue
-        in order. A run waiting for that name is queued at once.
-
-        Unknown run: RunNotFound. A terminal run: InvalidRunState.
-        """
-
-    async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
-        """Take the oldest pending signal named ``entry.name`` and journal it; fenced.
-
-        Atomically removes the signal and records ``entry`` with the signal's payload as
-        its value; returns the payload. None (nothing written) when none is pending. If
-        ``entry.position`` is already journaled as that signal (a retried call), returns
-        the journaled value.
-        """
-
-    # -- child runs --------------------------------------------------------------------
     async def start_child(self, token: int, entry: JournalEntry, child: NewRun) -> RunRecord:
         """Create ``child`` (its ``parent_run_id`` set) and journal ``entry`` in one atomic
         step, fenced by the parent's token. Idempotent: if a run with ``child.run_id``
         exists it is returned and the entry, if identical, accepted."""
 
-    # -- schedules ---------------------------------------------------------------------
+
+class ScheduleStore(Protocol):
+    """Schedules, and the compare-and-set that fires each slot once."""
+
     async def create_schedule(
         self, schedule: ScheduleRecord, *, replace: bool = False
     ) -> ScheduleRecord:
@@ -386,7 +368,61 @@ class Store(Protocol):
         (the last slot fired) and ``last_run_id``, and returns None.
         """
 
-    # -- batch triggers and cursors ---------------------------------------------------
+
+class WorkerRegistry(Protocol):
+    """The workers that heartbeat, for inspection."""
+
+    async def heartbeat(self, info: WorkerInfo) -> None:
+        """Record a worker's liveness (``last_seen`` is set to store time)."""
+
+    async def remove_worker(self, worker_id: str) -> None:
+        """Forget a worker that stopped cleanly."""
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Every worker that heartbeated and was not removed, a killed one too, most
+        recent ``last_seen`` first (``pyrula.workflows.inspection`` judges which are
+        alive)."""
+
+
+@runtime_checkable
+class RunHistory(Protocol):
+    """Forgetting ended runs: one (``RunHandle.forget``), or by age (the worker's
+    ``run_retention``)."""
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Forget a terminal run: its record, journal, signals and idempotency key.
+
+        False when there is no such run; a run that has not ended: InvalidRunState.
+        """
+
+    async def purge_runs(self, ended_before: float, limit: int) -> int:
+        """Forget up to ``limit`` runs that ended before ``ended_before`` (store time), each
+        as :meth:`delete_run` forgets one, those that ended first first; returns how many.
+
+        A run that ended and was retried is not ended any more. Workers call this with
+        ``WorkerOptions.run_retention``; several may at once.
+        """
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """Feeds and the cursors that keep a place in them: batch-trigger buffers, the
+    ended-run feed and named cursors (batch triggers, projections, archival)."""
+
+    async def ended_runs(self, after: tuple[float, str] | None, limit: int) -> list[RunRecord]:
+        """Terminal runs in the order they ended: those whose ``(finished_at, run_id)`` is
+        greater than ``after`` (None: from the first), ordered by ``(finished_at, run_id)``,
+        at most ``limit``. The last one's ``(finished_at, run_id)`` is the cursor for the
+        next page, so paging visits every ended run once even when many share a
+        ``finished_at``. A run that ended and was retried is not ended any more (it leaves
+        this listing until it ends again, with its new ``finished_at``).
+
+        Run ids compare as strings (code point order: their UTF-8 bytes' order). A page
+        shorter than ``limit`` had no more to show at that moment. Read from the index
+        ``purge_runs`` uses, so a page costs about ``limit`` runs (plus those that ended
+        at the cursor's very instant), not the history. ``limit <= 0``: ``[]``.
+        """
+
     async def append_events(self, trigger: str, payloads: Sequence[str]) -> list[int]:
         """Append ``payloads`` (JSON texts, kept byte for byte) to ``trigger``'s buffer, in
         order, as one atomic operation stamped with store time; return their seqs.
@@ -416,22 +452,193 @@ class Store(Protocol):
         ``expected`` (None: it was never set), atomically; else change nothing and return
         False."""
 
-    async def recover_expired(self, max_recoveries: int, limit: int) -> RecoveryReport:
-        """Requeue up to ``limit`` running runs whose lease expired.
 
-        Each recovery increments ``recoveries``; a run whose count would exceed
-        ``max_recoveries`` becomes ``dead`` instead (it keeps killing its workers) with
-        an error saying so.
+@runtime_checkable
+class SignalStore(Protocol):
+    """Signals: kept for a run, taken by it into its journal."""
+
+    async def send_signal(self, run_id: str, name: str, payload: str) -> None:
+        """Keep a signal (payload is JSON text) for the run; signals of one name queue
+        in order. A run waiting for that name is queued at once.
+
+        Unknown run: RunNotFound. A terminal run: InvalidRunState.
         """
 
-    # -- workers ---------------------------------------------------------------------
-    async def heartbeat(self, info: WorkerInfo) -> None:
-        """Record a worker's liveness (``last_seen`` is set to store time)."""
+    async def consume_signal(self, token: int, entry: JournalEntry) -> str | None:
+        """Take the oldest pending signal named ``entry.name`` and journal it; fenced.
 
-    async def remove_worker(self, worker_id: str) -> None:
-        """Forget a worker that stopped cleanly."""
+        Atomically removes the signal and records ``entry`` with the signal's payload as
+        its value; returns the payload. None (nothing written) when none is pending. If
+        ``entry.position`` is already journaled as that signal (a retried call), returns
+        the journaled value.
+        """
 
-    async def list_workers(self) -> list[WorkerInfo]:
-        """Every worker that heartbeated and was not removed, a killed one too, most
-        recent ``last_seen`` first (``pyrula.workflows.inspection`` judges which are
-        alive)."""
+
+@runtime_checkable
+class Store(Lifecycle, RunStore, QueueStore, ScheduleStore, WorkerRegistry, Protocol):
+    """The core protocol: durable state for runs, their journals, their leases, schedules
+    and workers. What the engine needs to run workflows; see the module docstring for the
+    parts and capabilities beyond it."""
+
+
+@runtime_checkable
+class CompleteStore(Store, SignalStore, RunHistory, EventStore, Protocol):
+    """Every part: what each bundled backend implements (a store to wrap in an
+    archiving store must be one)."""
+
+
+# -- optional capabilities ---------------------------------------------------------------
+@runtime_checkable
+class LeaseNews(Protocol):
+    """Pushes news of cancelled or terminated runs to the worker that holds them, so it
+    renews at once instead of at its next interval."""
+
+    async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
+        """Return True as soon as a run that ``worker_id`` holds may have been cancelled
+        or terminated (the worker then renews its leases at once, which says which);
+        False after ``timeout`` seconds without such news, or once the store closes.
+        Spurious True is allowed. ``cancel_run`` and ``terminate_run`` send the news to
+        the holder of each running run they reach, from any process (MemoryStore has
+        one); news sent while the worker was not waiting is kept for its next wait."""
+
+
+@runtime_checkable
+class ShardLeasing(Protocol):
+    """A sharded store whose workers lease shards, each claiming its own first."""
+
+    shard_lease_ttl: float
+    """Seconds a shard lease lasts unless renewed."""
+
+    async def shard_lease_loop(self, worker_id: str, interval: float | None = None) -> None:
+        """Take and renew this worker's share of the shards every ``interval`` seconds
+        (default: the store's), until cancelled; give them back then."""
+
+
+@runtime_checkable
+class Reconciling(Protocol):
+    """A store with housekeeping of its own that a worker runs (the archiving store)."""
+
+    async def reconcile_loop(self, worker_id: str, interval: float | None = None) -> None:
+        """Run the store's housekeeping every ``interval`` seconds until cancelled;
+        never raises on a store outage."""
+
+
+@runtime_checkable
+class NativePurge(Protocol):
+    """A store that purges runs waiting to start its own way
+    (see :func:`pyrula.workflows.purging.purge_queued`)."""
+
+    async def purge_queued(self, workflows: Sequence[str], began: float, page_size: int) -> int:
+        """Cancel the runs of ``workflows`` that are queued, never started and were
+        created by ``began`` (store time), ``page_size`` at a time; return how many."""
+
+
+class BlockingRuns(Protocol):
+    """A store's blocking fast path: the calls a Celery-style caller makes per task, made
+    in the calling thread. Thread-safe and fork-safe (``after_fork`` in the child)."""
+
+    def ready(self) -> bool:
+        """Whether it can take a call now (else the async path must)."""
+
+    def create(self, new: NewRun) -> bool:
+        """Create the run as ``create_run`` would; False, having stored nothing, when the
+        async path must do it."""
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """As ``RunStore.get_run``."""
+
+    def wait_run(self, run_id: str, timeout: float | None) -> RunRecord:
+        """As ``RunStore.wait_run``; blocks on the store, never polls."""
+
+    def after_fork(self) -> None:
+        """Forget the parent's connections (in a forked child)."""
+
+    def close(self) -> None:
+        """Close its connections; waits in other threads return."""
+
+
+@runtime_checkable
+class BlockingFastPath(Protocol):
+    """A store with a :class:`BlockingRuns` fast path for the blocking client."""
+
+    def blocking_runs(self) -> BlockingRuns | None:
+        """A new fast path over this store, or None when it has none in its present
+        configuration (a Valkey cluster)."""
+
+
+@runtime_checkable
+class Wrapping(Protocol):
+    """A store over another one (``live``), which offers the capabilities of ``live``
+    that it does not have itself."""
+
+    @property
+    def live(self) -> Store:
+        """The store this one wraps."""
+
+
+def _part(store: Lifecycle, kind: type[Any], needed_by: str) -> Any:
+    if isinstance(store, kind):
+        return store
+    raise ConfigurationError(
+        f"the store at {store.url} has no {kind.__name__}, which {needed_by} needs: "
+        "use a store that implements it (every bundled store does)"
+    )
+
+
+def signals_of(store: Lifecycle, needed_by: str) -> SignalStore:
+    """``store`` as its :class:`SignalStore` part; ConfigurationError naming what needs
+    it (``needed_by``) when it has none."""
+    found: SignalStore = _part(store, SignalStore, needed_by)
+    return found
+
+
+def history_of(store: Lifecycle, needed_by: str) -> RunHistory:
+    """``store`` as its :class:`RunHistory` part (else ConfigurationError)."""
+    found: RunHistory = _part(store, RunHistory, needed_by)
+    return found
+
+
+def events_of(store: Lifecycle, needed_by: str) -> EventStore:
+    """``store`` as its :class:`EventStore` part (else ConfigurationError)."""
+    found: EventStore = _part(store, EventStore, needed_by)
+    return found
+
+
+def _capability(store: object, kind: type[Any]) -> Any:
+    """The object offering capability ``kind`` for ``store``: the store, or the store
+    it wraps (:class:`Wrapping`, recursively); None when neither has it."""
+    while not isinstance(store, kind):
+        if not isinstance(store, Wrapping):
+            return None
+        store = store.live
+    return store
+
+
+def lease_news_of(store: object) -> LeaseNews | None:
+    """The store's :class:`LeaseNews`, or None."""
+    found: LeaseNews | None = _capability(store, LeaseNews)
+    return found
+
+
+def shard_leasing_of(store: object) -> ShardLeasing | None:
+    """The store's :class:`ShardLeasing`, or None."""
+    found: ShardLeasing | None = _capability(store, ShardLeasing)
+    return found
+
+
+def reconciling_of(store: object) -> Reconciling | None:
+    """The store's :class:`Reconciling`, or None."""
+    found: Reconciling | None = _capability(store, Reconciling)
+    return found
+
+
+def native_purge_of(store: object) -> NativePurge | None:
+    """The store's :class:`NativePurge`, or None."""
+    found: NativePurge | None = _capability(store, NativePurge)
+    return found
+
+
+def fast_path_of(store: object) -> BlockingFastPath | None:
+    """The store's :class:`BlockingFastPath` (a wrapped store's, for a wrapper), or None."""
+    found: BlockingFastPath | None = _capability(store, BlockingFastPath)
+    return found

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from pyrula.workflows.errors import IdempotencyConflict
 from pyrula.workflows.records import JournalEntry, NewRun, Outcome, RunRecord, RunStatus
 from pyrula.workflows.serialization import ErrorInfo
@@ -51,17 +49,6 @@ def backoff_position(position: int, attempt: int) -> int:
 def backoff_range(position: int) -> tuple[int, int]:
     """The inclusive (low, high) journal positions of the step's backoff entries."""
     return backoff_position(position, MAX_TRACKED_ATTEMPTS - 1), backoff_position(position, 1)
-
-
-def retried_position(
-    failed_position: int | None, journal: Mapping[int, JournalEntry]
-) -> int | None:
-    """The journal position ``retry_run`` removes: the entry at the run's
-    ``failed_position``, else its last entry, when that entry is an error (else None).
-    The SQLite store and the Valkey library spell the same rule in SQL and Lua."""
-    position = failed_position if failed_position is not None else max(journal, default=None)
-    entry = journal.get(position) if position is not None else None
-    return position if entry is not None and not entry.ok else None
 
 
 def check_finish_outcome(outcome: Outcome, run_id: str, entry: JournalEntry | None) -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from pyrula.workflows.errors import (
     ArchiveSchemaMismatch,
@@ -36,7 +35,7 @@ from pyrula.workflows.records import (
 from pyrula.workflows.stores.archive.base import Archive
 from pyrula.workflows.stores.archive.creating import TakenIds
 from pyrula.workflows.stores.archive.reconcile import Archiver
-from pyrula.workflows.stores.base import Claimed, RenewResult, Store
+from pyrula.workflows.stores.base import Claimed, CompleteStore, RenewResult, Store
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 
 log = logging.getLogger(__name__)
@@ -68,6 +67,10 @@ class ArchivingStore(ScheduleAdmin):
     raise InvalidRunState. ``open()`` refuses a missing or other-version archive schema
     (ArchiveSchemaMismatch); an archive that cannot be reached is logged, and the worker
     runs on the live store until it is back.
+
+    ``live`` must have every part of the protocol (``CompleteStore``); its optional
+    capabilities (lease news, shard leases, its own purge, the blocking fast path) are
+    found through this store, which wraps it (``stores.base.Wrapping``).
     """
 
     def __init__(
@@ -94,7 +97,12 @@ class ArchivingStore(ScheduleAdmin):
             raise ConfigurationError(f"reconcile_batch must be an int, got {reconcile_batch!r}")
         if reconcile_batch < 1:
             raise ConfigurationError(f"reconcile_batch must be >= 1, got {reconcile_batch!r}")
-        self.live = live
+        if not isinstance(live, CompleteStore):
+            raise ConfigurationError(
+                f"an archiving store wraps a store with every part (signals, run history, "
+                f"events): {live.url} lacks some"
+            )
+        self.live: CompleteStore = live
         self.archive = archive
         self.live_ttl_after_archive = float(live_ttl_after_archive)
         self.reconcile_interval = float(reconcile_interval)
@@ -112,34 +120,6 @@ class ArchivingStore(ScheduleAdmin):
 
     def __repr__(self) -> str:
         return f"ArchivingStore(live={self.live!r}, archive={self.archive!r})"
-
-    # -- the live store's extras the worker looks up (getattr) --------------------------
-    def _extra(self, name: str) -> Any:
-        try:
-            return getattr(self.live, name)
-        except AttributeError:
-            raise AttributeError(f"{type(self.live).__name__} has no {name}") from None
-
-    @property
-    def shard_lease_loop(self) -> Callable[..., Coroutine[Any, Any, None]]:
-        """The live store's shard lease loop (sharded stores only)."""
-        loop: Callable[..., Coroutine[Any, Any, None]] = self._extra("shard_lease_loop")
-        return loop
-
-    @property
-    def shard_lease_ttl(self) -> float:
-        return float(self._extra("shard_lease_ttl"))
-
-    @property
-    def shard_lease_interval(self) -> float:
-        return float(self._extra("shard_lease_interval"))
-
-    @property
-    def purge_queued(self) -> Callable[..., Coroutine[Any, Any, int]]:
-        """The live store's own purge of runs waiting to start (``purging.purge_queued``
-        uses it; ValkeyStore has one): archived runs have all ended, none is queued."""
-        purge: Callable[..., Coroutine[Any, Any, int]] = self._extra("purge_queued")
-        return purge
 
     # -- archival ---------------------------------------------------------------------------
     async def reconcile_loop(self, worker_id: str, interval: float | None = None) -> None:
@@ -302,11 +282,13 @@ class ArchivingStore(ScheduleAdmin):
         except RunNotFound as exc:
             raise await self._read_only_if_archived(run_id, exc) from None
 
-    async def retry_run(self, run_id: str) -> RunRecord:
+    async def retry_run(
+        self, run_id: str, remove: Sequence[int] = (), *, seen_claims: int | None = None
+    ) -> RunRecord:
         """Retry a run the live store holds. A run only the archive holds raises
         InvalidRunState: archived runs are read-only (submit it again instead)."""
         try:
-            return await self.live.retry_run(run_id)
+            return await self.live.retry_run(run_id, remove, seen_claims=seen_claims)
         except RunNotFound as exc:
             raise await self._read_only_if_archived(run_id, exc) from None
 
@@ -337,9 +319,6 @@ class ArchivingStore(ScheduleAdmin):
         self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float
     ) -> RenewResult:
         return await self.live.renew_leases(worker_id, leases, lease_ttl)
-
-    async def wait_lease_news(self, worker_id: str, timeout: float) -> bool:
-        return await self.live.wait_lease_news(worker_id, timeout)
 
     async def append_journal(self, token: int, entry: JournalEntry) -> bool:
         return await self.live.append_journal(token, entry)
@@ -442,6 +421,6 @@ class ArchivingStore(ScheduleAdmin):
         return await self.live.list_workers()
 
 
-def _is_a_store(store: ArchivingStore) -> Store:
-    """Never called: mypy checks here that ArchivingStore implements the whole protocol."""
+def _is_a_store(store: ArchivingStore) -> CompleteStore:
+    """Never called: mypy checks here that ArchivingStore implements every part."""
     return store

@@ -77,7 +77,7 @@ from pyrula.workflows.stores.rules import idempotency_conflict, idempotency_matc
 
 if TYPE_CHECKING:
     from pyrula.workflows.stores.archive.base import Archive
-    from pyrula.workflows.stores.base import Store
+    from pyrula.workflows.stores.base import CompleteStore
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,9 @@ class TakenIds:
     """The create path of an :class:`~.archiving.ArchivingStore` (see the module
     docstring): ``ttl`` is its ``live_ttl_after_archive``, ``clock_skew`` its own."""
 
-    def __init__(self, live: Store, archive: Archive, *, ttl: float, clock_skew: float) -> None:
+    def __init__(
+        self, live: CompleteStore, archive: Archive, *, ttl: float, clock_skew: float
+    ) -> None:
         self.live = live
         self.archive = archive
         self.safe_window = max(0.0, ttl - clock_skew) / 2

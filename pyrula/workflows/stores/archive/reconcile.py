@@ -30,7 +30,7 @@ from pyrula.workflows.stores.archive.base import (
 )
 
 if TYPE_CHECKING:
-    from pyrula.workflows.stores.base import Store
+    from pyrula.workflows.stores.base import CompleteStore
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Archiver:
     """
 
     def __init__(
-        self, live: Store, archive: Archive, *, ttl: float, batch: int, clock_skew: float
+        self, live: CompleteStore, archive: Archive, *, ttl: float, batch: int, clock_skew: float
     ) -> None:
         self.live = live
         self.archive = archive

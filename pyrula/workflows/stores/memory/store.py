@@ -33,10 +33,8 @@ from pyrula.workflows.stores.memory.state import MemoryState
 from pyrula.workflows.stores.memory.waits import MemoryWaits
 from pyrula.workflows.stores.notify import lease_key, news_keys, run_key, work_key
 from pyrula.workflows.stores.rules import (
-    backoff_range,
     check_finish_outcome,
     dead_letter_error,
-    retried_position,
 )
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 
@@ -185,7 +183,9 @@ class MemoryStore(MemoryWaits, MemorySchedules, MemoryEvents, ScheduleAdmin):
         s.flush()
         return result
 
-    async def retry_run(self, run_id: str) -> RunRecord:
+    async def retry_run(
+        self, run_id: str, remove: Sequence[int] = (), *, seen_claims: int | None = None
+    ) -> RunRecord:
         s = self._s
         with s.lock:
             run = s.require(run_id)
@@ -194,15 +194,14 @@ class MemoryStore(MemoryWaits, MemorySchedules, MemoryEvents, ScheduleAdmin):
                     f"run {run_id!r} is {run.status.value}; only failed, cancelled, "
                     "terminated or dead runs can be retried"
                 )
+            if seen_claims is not None and run.claims != seen_claims:
+                raise InvalidRunState(
+                    f"run {run_id!r} was claimed again since its journal was read "
+                    f"({run.claims} claims, not {seen_claims}): read it again to retry it"
+                )
             journal = s.journals[run_id]
-            failed = run.failed_position
-            if failed is not None:
-                low, high = backoff_range(failed)
-                for position in [p for p in journal if low <= p <= high]:
-                    del journal[position]
-            removed = retried_position(failed, journal)
-            if removed is not None:
-                del journal[removed]
+            for position in remove:
+                journal.pop(position, None)
             run = s.enqueue(
                 run,
                 self._clock(),

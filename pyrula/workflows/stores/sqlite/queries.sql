@@ -369,17 +369,8 @@ SELECT * FROM journal WHERE run_id = :run_id ORDER BY position;
 -- name: journal_entry
 SELECT * FROM journal WHERE run_id = :run_id AND position = :position;
 
--- name: journal_last
-SELECT position, ok FROM journal WHERE run_id = :run_id ORDER BY position DESC LIMIT 1;
-
 -- name: journal_delete
 DELETE FROM journal WHERE run_id = :run_id AND position = :position;
-
--- name: journal_entry_ok
-SELECT ok FROM journal WHERE run_id = :run_id AND position = :position;
-
--- name: journal_delete_range
-DELETE FROM journal WHERE run_id = :run_id AND position BETWEEN :low AND :high;
 
 -- name: insert_journal
 -- The primary key decides: no change means the position is taken.

@@ -23,7 +23,7 @@ from pyrula.workflows.records import (
 )
 from pyrula.workflows.stores.base import Claimed, RenewResult
 from pyrula.workflows.stores.notify import news_keys, run_key, work_key
-from pyrula.workflows.stores.rules import backoff_range, check_finish_outcome, dead_letter_error
+from pyrula.workflows.stores.rules import check_finish_outcome, dead_letter_error
 from pyrula.workflows.stores.schedule_admin import ScheduleAdmin
 from pyrula.workflows.stores.sqlite import claims, sql, waits
 from pyrula.workflows.stores.sqlite.db import Database
@@ -183,7 +183,9 @@ class SqliteStore(SqliteWatch, SqliteSchedules, SqliteEvents, ScheduleAdmin):
 
         return await self._db.transact(tx)
 
-    async def retry_run(self, run_id: str) -> RunRecord:
+    async def retry_run(
+        self, run_id: str, remove: Sequence[int] = (), *, seen_claims: int | None = None
+    ) -> RunRecord:
         def tx(t: Tx) -> RunRecord:
             run = t.require(run_id)
             if run.status not in RETRYABLE_STATUSES:
@@ -191,17 +193,13 @@ class SqliteStore(SqliteWatch, SqliteSchedules, SqliteEvents, ScheduleAdmin):
                     f"run {run_id!r} is {run.status.value}; only failed, cancelled, "
                     "terminated or dead runs can be retried"
                 )
-            failed = run.failed_position
-            if failed is not None:
-                low, high = backoff_range(failed)
-                t.run("journal_delete_range", run_id=run_id, low=low, high=high)
-                entry = t.one("journal_entry_ok", run_id=run_id, position=failed)
-                if entry is not None and not entry["ok"]:
-                    t.run("journal_delete", run_id=run_id, position=failed)
-            else:
-                last = t.one("journal_last", run_id=run_id)
-                if last is not None and not last["ok"]:
-                    t.run("journal_delete", run_id=run_id, position=last["position"])
+            if seen_claims is not None and run.claims != seen_claims:
+                raise InvalidRunState(
+                    f"run {run_id!r} was claimed again since its journal was read "
+                    f"({run.claims} claims, not {seen_claims}): read it again to retry it"
+                )
+            for position in remove:
+                t.run("journal_delete", run_id=run_id, position=int(position))
             row = t.one("retry_run", run_id=run_id, now=t.now)
             assert row is not None
             t.note(work_key(run.workflow), run_key(run_id))

@@ -42,8 +42,7 @@ from pyrula.workflows.records import NewRun, RunRecord, RunStatus
 from pyrula.workflows.stores.valkey import functions
 from pyrula.workflows.stores.valkey.codec import new_run_args, text, to_run
 from pyrula.workflows.stores.valkey.resp import LeanRESP2Parser, pack_command
-from pyrula.workflows.stores.valkey.runs import _hash, _secs
-from pyrula.workflows.stores.valkey.store import ValkeyStore
+from pyrula.workflows.stores.valkey.runs import RunOps, _hash, _secs
 
 
 class Connections:
@@ -97,7 +96,7 @@ class Connections:
 class BlockingValkey:
     """Blocking create / get / wait on one (single-node) ValkeyStore; see the module."""
 
-    def __init__(self, store: ValkeyStore) -> None:
+    def __init__(self, store: RunOps) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._pool: Connections | None = None

@@ -81,6 +81,8 @@ class ValkeyCore:
     _clock: Callable[[], float] | None
     _notifier: Notifier
     _known_workflows: dict[str, int]
+    _opened: tuple[int, int] | None
+    """(pid, server generation) of the open that checked the server, else None."""
     _held: dict[str, HeldShards]
 
     async def _ensure_open(self) -> None:

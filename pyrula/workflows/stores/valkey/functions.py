@@ -29,7 +29,6 @@ from pyrula.workflows.errors import (
     StoreUnavailable,
 )
 from pyrula.workflows.stores.flow import CLAIM_SHARE, RATE_SKIP_WINDOW, TOKEN_SLACK
-from pyrula.workflows.stores.rules import MAX_TRACKED_ATTEMPTS
 from pyrula.workflows.stores.valkey.clients import close_quietly, mask_url
 from pyrula.workflows.stores.valkey.codec import FINISH_FIELDS
 from pyrula.workflows.stores.valkey.keys import TOMBSTONE, lua_prelude
@@ -83,7 +82,6 @@ def build_library(extra: str = "") -> Library:
         "TOKEN_SLACK": TOKEN_SLACK,
         "RATE_SKIP_WINDOW": RATE_SKIP_WINDOW,
         "CLAIM_SHARE": CLAIM_SHARE,
-        "MAX_TRACKED_ATTEMPTS": MAX_TRACKED_ATTEMPTS,
         "FINISH_FIELDS": FINISH_FIELDS,
     }
     body = "".join(f"local {k} = {v!r}\n" for k, v in constants.items()) + body

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from pyrula.workflows.errors import (
@@ -323,8 +324,13 @@ class RunOps(ValkeyCore):
         finally:
             self._notifier.unregister("close", closed)
 
-    async def retry_run(self, run_id: str) -> RunRecord:
-        return to_run(run_id, flat_text(await self._run_call("retry", run_id, run_id)))
+    async def retry_run(
+        self, run_id: str, remove: Sequence[int] = (), *, seen_claims: int | None = None
+    ) -> RunRecord:
+        seen = "" if seen_claims is None else str(int(seen_claims))
+        positions = [str(int(position)) for position in remove]
+        reply = await self._run_call("retry", run_id, run_id, seen, *positions)
+        return to_run(run_id, flat_text(reply))
 
     # -- signals -----------------------------------------------------------------------
     async def send_signal(self, run_id: str, name: str, payload: str) -> None:

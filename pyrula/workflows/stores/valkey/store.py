@@ -6,7 +6,7 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from valkey import exceptions as vex
@@ -30,6 +30,9 @@ from pyrula.workflows.stores.valkey.schedules import ScheduleOps
 from pyrula.workflows.stores.valkey.shards import ShardLeases
 from pyrula.workflows.stores.valkey.timers import TimerOps
 from pyrula.workflows.stores.valkey.urls import STORE_OPTIONS
+
+if TYPE_CHECKING:
+    from pyrula.workflows.stores.valkey.blocking import BlockingValkey
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +243,15 @@ class ValkeyStore(
                 "the same count on every worker and client (a run's shard follows from "
                 "its id and the count; changing it means draining the namespace first)"
             )
+
+    def blocking_runs(self) -> BlockingValkey | None:
+        """The blocking client's fast path over this store (``BlockingFastPath``); none
+        on a cluster."""
+        if self.cluster:
+            return None
+        from pyrula.workflows.stores.valkey.blocking import BlockingValkey
+
+        return BlockingValkey(self)
 
     async def close(self) -> None:
         await self._finishes.drain()  # finishes on their way: written or failed first

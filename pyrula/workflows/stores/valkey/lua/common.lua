@@ -291,13 +291,6 @@ local function entry_of(stored)
   return string.sub(stored, d + 1)
 end
 
-local function entry_ok(entry)
-  local i = string.find(entry, ':', 1, true)
-  local j = i + tonumber(string.sub(entry, 1, i - 1)) + 1
-  local k = string.find(entry, ':', j, true)
-  local at = k + tonumber(string.sub(entry, j, k - 1)) + 1
-  return string.sub(entry, at, at)
-end
 
 local function journal_value(c, attempts, token, entry)
   return attempts .. '|' .. token .. '|' .. fmt(c.now) .. '|' .. entry

@@ -13,7 +13,8 @@
 --                 -> {'created'|'existing', run}
 --   cancel        ARGV[4] run_id -> run            (non-local children become followups)
 --   terminate     ARGV[4] run_id -> run
---   retry         ARGV[4] run_id -> run
+--   retry         ARGV[4] run_id, seen claims ('' any), then the journal positions to
+--                 remove -> run
 --   list          ARGV[4..] has_workflow, workflow, status ('' any), has_owner, owner,
 --                 limit, budget, from -> {{run_id, run, ...} newest first, next}
 --                 (walks the shard's history, a budget of it a call: see the function)
@@ -176,30 +177,15 @@ register('retry', function(keys, argv)
     fail('STATE', 'run ' .. id .. ' is ' .. r.st
       .. '; only failed, cancelled, terminated or dead runs can be retried')
   end
-  -- The step that failed the run runs again: its error entry goes, with its backoff
-  -- entries (stores/rules.py backoff_range) when the failed position is known, else
-  -- the last entry if it is an error.
-  local jkey = c.P .. K.journal .. id
-  local failed = r.fp and tonumber(r.fp)
-  local positions = redis.call('HKEYS', jkey)
-  if failed ~= nil then
-    local low = -(failed * MAX_TRACKED_ATTEMPTS + MAX_TRACKED_ATTEMPTS - 1) - 1
-    local high = -(failed * MAX_TRACKED_ATTEMPTS + 1) - 1
-    for _, p in ipairs(positions) do
-      local n = tonumber(p)
-      if n >= low and n <= high then redis.call('HDEL', jkey, p) end
-    end
-  else
-    for _, p in ipairs(positions) do
-      local n = tonumber(p)
-      if failed == nil or n > failed then failed = n end
-    end
+  local claims = r.cl or '0'
+  if argv[5] ~= '' and argv[5] ~= claims then
+    fail('STATE', 'run ' .. id .. ' was claimed again since its journal was read ('
+      .. claims .. ' claims, not ' .. argv[5] .. '): read it again to retry it')
   end
-  if failed ~= nil then
-    local field = string.format('%d', failed)
-    local stored = redis.call('HGET', jkey, field)
-    if stored and entry_ok(entry_of(stored)) ~= '1' then redis.call('HDEL', jkey, field) end
-  end
+  -- The entries the engine chose (engine/rerun.py: the step that failed the run).
+  local remove = {}
+  for i = 6, #argv do remove[#remove + 1] = argv[i] end
+  call_many('HDEL', c.P .. K.journal .. id, remove)
   redis.call('DEL', c.P .. K.done .. id)
   redis.call('ZREM', c.P .. K.ended, id)
   enqueue(c, r, c.now, {fa = NIL, er = NIL, rs = NIL, cr = NIL, rc = NIL, fp = NIL})

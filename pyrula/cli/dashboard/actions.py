@@ -35,7 +35,7 @@ from pyrula.workflows.purging import purge_queued
 from pyrula.workflows.records import RETRYABLE_STATUSES, RunRecord, ScheduleRecord
 from pyrula.workflows.registry import Registry, WorkflowDefinition
 from pyrula.workflows.schedules import Schedule
-from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.base import Store, events_of
 
 AUDIT_KEEP = 200
 """Operator actions a run's (or a schedule's) history keeps, the newest."""
@@ -78,12 +78,13 @@ async def record_action(
     """Append one action to ``kind:key``'s history (compare-and-set, retried)."""
     name = audit_cursor(kind, key)
     at = await store.now()
+    cursors = events_of(store, "the dashboard's action history")
     for _ in range(SWAP_TRIES):
-        current = await store.get_cursor(name)
+        current = await cursors.get_cursor(name)
         history = history_of(current)
         history.append({"at": at, "action": action, "by": by, "detail": dict(detail)})
         value = json.dumps(history[-AUDIT_KEEP:], separators=(",", ":"), allow_nan=False)
-        if await store.swap_cursor(name, current, value):
+        if await cursors.swap_cursor(name, current, value):
             return
     raise PyrulaError(f"could not record {action} in {name}: it kept changing under us")
 
@@ -100,7 +101,8 @@ def history_of(text: str | None) -> list[dict[str, Any]]:
 
 
 async def history(store: Store, kind: str, key: str) -> list[dict[str, Any]]:
-    return history_of(await store.get_cursor(audit_cursor(kind, key)))
+    cursors = events_of(store, "the dashboard's action history")
+    return history_of(await cursors.get_cursor(audit_cursor(kind, key)))
 
 
 # -- runs --------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from pyrula.cli import render
 from pyrula.workflows.engine.rerun import CHILD
 from pyrula.workflows.inspection import is_alive
 from pyrula.workflows.records import RunRecord, RunStatus
-from pyrula.workflows.stores.base import Store
+from pyrula.workflows.stores.base import Store, events_of
 
 T = TypeVar("T")
 SCAN_LIMIT = 20_000
@@ -319,7 +319,7 @@ async def ended_since(store: Store, since: float) -> list[RunRecord]:
     found: list[RunRecord] = []
     cursor: tuple[float, str] | None = (since, "")
     while len(found) < ENDED_LIMIT:
-        page = await store.ended_runs(cursor, ENDED_PAGE)
+        page = await events_of(store, "the dashboard's overview").ended_runs(cursor, ENDED_PAGE)
         found.extend(page)
         if len(page) < ENDED_PAGE:
             break

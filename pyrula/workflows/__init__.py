@@ -6,6 +6,8 @@ journaled in a :class:`Store`. A run whose worker dies is claimed by another wor
 replays the finished steps from the journal and runs the rest.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from pyrula.workflows.client import RunHandle, WorkflowClient
 from pyrula.workflows.context import StepContext, WorkflowContext
 from pyrula.workflows.decorators import Step, step, workflow
@@ -57,9 +59,21 @@ from pyrula.workflows.stores.archive import ArchivingStore, PostgresArchive
 from pyrula.workflows.stores.base import Store
 from pyrula.workflows.stores.memory import MemoryStore
 from pyrula.workflows.stores.sqlite import SqliteStore
-from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.triggers import BatchTrigger, batch_trigger
 from pyrula.workflows.worker import WorkflowWorker
+
+if TYPE_CHECKING:
+    from pyrula.workflows.stores.valkey import ValkeyStore
+
+
+def __getattr__(name: str) -> Any:
+    # ValkeyStore is imported on first use, so that `import pyrula.workflows` does not
+    # import valkey-py for a project on SQLite or the memory store.
+    if name == "ValkeyStore":
+        from pyrula.workflows.stores.valkey import ValkeyStore
+
+        return ValkeyStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ArchiveSchemaMismatch",

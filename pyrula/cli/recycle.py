@@ -21,10 +21,14 @@ command line again, marked by ``PYRULA_WORKER_CHILD``) and keeps one serving
   within half a second); it exits 0 once they exited cleanly. A second signal exits at
   once with 1, as ``pyrula worker`` does.
 * A child that dies otherwise (a crash, SIGKILL, an exit nobody asked for) is replaced;
-  repeated quick deaths back off (0.5 s, doubling, up to 30 s). Its runs in flight
-  are recovered once their lease expires, as for any dead worker. A child that exits with
-  an error before it served (a module that no longer imports, the store unreachable) is
-  not restarted: the supervisor stops the others and exits with its code.
+  repeated quick deaths back off (0.5 s, doubling, up to 30 s). The runs it held (it
+  reports each run and lease token as the run starts) are handed back at once: the
+  supervisor expires their leases, fenced by the token, and recovers them, which counts
+  a recovery as for any dead worker (without a report, they are recovered once their
+  lease expires). A child that exits with a usage error before it served (a module
+  that no longer imports), or the first child failing before any served, is not
+  restarted: the supervisor stops the others and exits with its code. A child that
+  cannot reach its store waits for it with backoff.
 * A child whose supervisor is gone (its end of the socket closed) stops gracefully.
 """
 

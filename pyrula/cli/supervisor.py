@@ -38,6 +38,8 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 STABLE_AFTER = 10.0
 """A child that served this long before it died is replaced at once, without backoff."""
+EXIT_USAGE = 2
+"""A child's exit code for a usage error (click's)."""
 POLL = 1.0
 """Longest the supervisor sleeps between two looks at its children."""
 
@@ -354,8 +356,10 @@ class Supervisor:
         elif child.recycling:
             log.log(logging.INFO if code == 0 else logging.WARNING, "worker process %d "
                     "recycled: %s", pid, how)  # fmt: skip
-        elif not self.served and code > 0:
-            log.error("worker process %d %s before any served (see its error above); not "
+        elif child.ready_at is None and code > 0 and (code == EXIT_USAGE or not self.served):
+            # A usage error (a module that no longer imports) fails every replacement
+            # alike; anything else after a child served (a store restarting) is retried.
+            log.error("worker process %d %s before it served (see its error above); not "
                       "starting another", pid, how)  # fmt: skip
             self.stop(code)
         else:

@@ -19,7 +19,12 @@ from typing import Protocol
 
 from pyrula.workflows.serialization import ErrorInfo
 
-__all__ = ["HardLimitEnforcer", "arm", "disarm", "enforced", "set_enforcer"]
+__all__ = ["HardLimitEnforcer", "HardTimeout", "arm", "disarm", "enforced", "set_enforcer"]
+
+
+class HardTimeout(float):
+    """A step's ``timeout`` (seconds) given with ``hard=True`` (``@step(timeout=5,
+    hard=True)``): in a pool process the step's process is killed at the limit."""
 
 
 class HardLimitEnforcer(Protocol):

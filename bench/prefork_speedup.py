@@ -1,0 +1,150 @@
+"""CPU-bound tasks (20 ms of pure Python each) through the worker's pools: how many times
+faster ``-c 2`` prefork runs them than ``-c 1``, and what the threads pool does.
+
+Each round starts, on a fresh SQLite file, the worker of every configuration in turn
+(``pyrula worker -A prefork_speedup -c 1`` / ``-c 2`` / ``--pool threads -c 2``, and
+natively ``--workflow prefork_speedup --processes 1`` / ``2``), warms it up, then times
+``--tasks`` tasks submitted at once from their first submit to their last result.
+Rounds interleave the configurations, so a noisy neighbour hits them all alike. The
+speed-up is tasks/s of a configuration over tasks/s of its ``-c 1`` in the same round.
+
+    python bench/prefork_speedup.py [--tasks 200] [--rounds 3] [--milliseconds 20]
+
+Needs two free cores to show x2; on a shared machine read the load average printed.
+This file is also the module the workers import (the Celery app, the task, the
+workflow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyrula.workflows import WorkflowContext, workflow
+from pyrula_compat import Celery
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+
+app = Celery("prefork_speedup", broker=os.environ.get("CELERY_BROKER_URL", "memory://"))
+
+
+def spin(milliseconds: float) -> int:
+    """Pure-Python work for ``milliseconds`` of this process's CPU time."""
+    deadline = time.process_time() + milliseconds / 1000
+    count = 0
+    while time.process_time() < deadline:
+        count += 1
+    return count
+
+
+@app.task(name="prefork_speedup.burn")
+def burn(milliseconds: float) -> int:
+    return spin(milliseconds)
+
+
+@workflow(name="prefork_speedup_burn")
+async def burn_flow(ctx: WorkflowContext, milliseconds: float) -> int:
+    return await ctx.step("burn", spin, milliseconds)
+
+
+CONFIGS: dict[str, tuple[str, list[str]]] = {
+    "-A, -c 1 (prefork)": ("celery", ["-A", "prefork_speedup", "-c", "1"]),
+    "-A, -c 2 (prefork)": ("celery", ["-A", "prefork_speedup", "-c", "2"]),
+    "-A, --pool threads -c 2": (
+        "celery",
+        ["-A", "prefork_speedup", "--pool", "threads", "-c", "2"],
+    ),
+    "--processes 1": ("native", ["--workflow", "prefork_speedup", "--processes", "1"]),
+    "--processes 2": ("native", ["--workflow", "prefork_speedup", "--processes", "2"]),
+}
+BASELINE = {"celery": "-A, -c 1 (prefork)", "native": "--processes 1"}
+
+
+def start(flags: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CELERY_BROKER_URL": url, "PYRULA_STORE_URL": url}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), str(REPO_ROOT)])
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pyrula.cli.main", "worker", *flags,
+             "--claim-poll-interval", "0.05", "--loglevel", "WARNING"],
+            cwd=BENCH_DIR, env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def timed(kind: str, url: str, tasks: int, milliseconds: float) -> float:
+    """Tasks/s of ``tasks`` tasks submitted at once (after a warm-up)."""
+    if kind == "celery":
+        app.conf.broker_url = url
+        for result in [burn.delay(1) for _ in range(8)]:
+            result.get(timeout=120)
+        began = time.perf_counter()
+        results = [burn.delay(milliseconds) for _ in range(tasks)]
+        for result in results:
+            result.get(timeout=600)
+        return tasks / (time.perf_counter() - began)
+    from pyrula.workflows import open_store
+    from pyrula.workflows.sync import WorkflowClient
+
+    with WorkflowClient(open_store(url)) as client:
+        for handle in [client.submit(burn_flow, {"milliseconds": 1}) for _ in range(8)]:
+            handle.result(timeout=120)
+        began = time.perf_counter()
+        handles = [client.submit(burn_flow, {"milliseconds": milliseconds}) for _ in range(tasks)]
+        for handle in handles:
+            handle.result(timeout=600)
+        return tasks / (time.perf_counter() - began)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--milliseconds", type=float, default=20.0)
+    args = parser.parse_args()
+    print(f"== prefork speed-up, {args.tasks} tasks of {args.milliseconds:g} ms CPU each")
+    print(f"   {os.cpu_count()} cores | load average {os.getloadavg()[0]:.2f} | SQLite")
+    rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    ratios: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    with tempfile.TemporaryDirectory(prefix="prefork-bench-") as tmp:
+        for round_number in range(args.rounds):
+            measured: dict[str, float] = {}
+            for name, (kind, flags) in CONFIGS.items():
+                url = f"sqlite:///{tmp}/r{round_number}-{len(measured)}.db"
+                proc = start(flags, url, Path(tmp) / "workers.log")
+                try:
+                    measured[name] = timed(kind, url, args.tasks, args.milliseconds)
+                finally:
+                    stop(proc)
+            for name, (kind, _) in CONFIGS.items():
+                rates[name].append(measured[name])
+                ratios[name].append(measured[name] / measured[BASELINE[kind]])
+            print(f"   round {round_number + 1}: " + ", ".join(
+                f"{name} {measured[name]:.1f}/s" for name in CONFIGS))  # fmt: skip
+    print()
+    print(f"{'configuration':28}  {'tasks/s (median)':>16}  {'x its -c 1, each round':>24}")
+    for name in CONFIGS:
+        each = " ".join(f"x{r:.2f}" for r in ratios[name])
+        print(f"{name:28}  {statistics.median(rates[name]):16.1f}  {each:>24}")
+    print(f"   load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

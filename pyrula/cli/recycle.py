@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import click
 
 from pyrula.cli.prefork import Pool, PoolChild, RunKeeper
-from pyrula.cli.render import CliUsageError
+from pyrula.cli.render import CliUsageError, mask_url
 from pyrula.cli.supervisor import CHILD_ENV, READY, RECYCLING, PoolSize, Supervisor
 
 log = logging.getLogger("pyrula.cli.recycle")
@@ -272,7 +272,8 @@ def supervise(
         size = PoolSize()
         what = "a worker process"
     replaced = f", replaced {limits.describe()}" if limits is not None else ""
-    click.echo(f"pyrula supervisor (pid {os.getpid()}): serves through {what}{replaced}")
+    where = f" on {mask_url(keeper.store.url)}" if keeper is not None else ""
+    click.echo(f"pyrula supervisor (pid {os.getpid()}): serves{where} through {what}{replaced}")
     argv = [sys.executable, "-m", "pyrula.cli.main", *sys.argv[1:]]
     supervisor = Supervisor(
         argv,

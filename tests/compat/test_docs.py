@@ -149,7 +149,7 @@ def test_worker_command_snippet(number: int, tmp_path: Path) -> None:
                     assert note in worker.stderr, (note, worker.stderr)
                 assert "-P accepted" not in worker.stderr  # they work: no note
                 assert "--autoscale" not in worker.stderr
-                assert "serves through 3 to 10 pool processes" in worker.stdout
+                assert "through 3 to 10 pool processes" in worker.stdout
                 assert "--max-tasks-per-child:" not in worker.stderr  # it works: no note
                 assert "replaced after 100 runs" in worker.stdout  # by its supervisor
         finally:

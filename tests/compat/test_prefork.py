@@ -18,8 +18,8 @@ import pytest
 from pyrula.workflows import RunRecord, open_store
 from pyrula_compat.exceptions import TimeLimitExceeded
 from tests.compat.conftest import (
-    Workers,
     WorkerProcess,
+    Workers,
     broker_url,
     lines,
     proj_workers,
@@ -41,7 +41,9 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def workers(kind: str, tmp_path: Path, request: pytest.FixtureRequest, proj_app: Any) -> Iterator[Workers]:
+def workers(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, proj_app: Any
+) -> Iterator[Workers]:
     with proj_workers(broker_url(kind, tmp_path, request), tmp_path, proj_app) as group:
         seen: set[int] = set()
         try:

@@ -43,7 +43,7 @@ def test_a_hard_step_timeout_kills_its_pool_process_and_fails_the_run(
         "--workflow", MODULE, "--store", workers.url, "--claim-poll-interval", "0.05",
         "--processes", "2",
     )  # fmt: skip
-    assert "serves through 2 pool processes" in supervisor.stdout
+    assert "through 2 pool processes" in supervisor.stdout
     before = {client.submit("pool_pid", {}).result(timeout=T) for _ in range(4)}
     begun = time.monotonic()
     handle = client.submit("pool_hard_timeout", {"seconds": 10.0})

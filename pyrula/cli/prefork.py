@@ -126,6 +126,8 @@ def choose_pool(values: Mapping[str, Any], *, app: bool, store_url: str | None) 
         note = "note: a memory:// store lives in one process: the threads pool serves it"
         kind = "threads"
     if kind != "prefork":
+        if values.get("celery_autoscale") and note is None:
+            note = f"note: --autoscale: only the prefork pool scales; the {kind} pool keeps -c"
         return Pool(kind, note=note)
     concurrency = values.get("max_concurrent_runs")
     size = processes or (concurrency if app else None) or cpu_count()

@@ -222,3 +222,21 @@ def test_an_unknown_pool_is_accepted_with_a_note(workers: Workers) -> None:
     )
     assert "up to 4 runs at once" in worker.stdout and "supervisor" not in worker.stdout
     assert worker.stop() == 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+def test_autoscale_grows_the_pool_while_every_process_is_busy(
+    workers: Workers, tmp_path: Path
+) -> None:
+    import proj_pool as p
+
+    supervisor = workers.start("--pool", "prefork", "--autoscale", "2,1", app="proj_pool")
+    assert "through 1 to 2 pool processes" in supervisor.stdout
+    path = tmp_path / "hold"
+    first = p.hold.delay(str(path), 3.0)
+    wait_until(lambda: started(path), T, "the first task to start")
+    second = p.hold.delay(str(path), 0.1)  # the only process is busy: a second one starts
+    assert len({first.get(timeout=T), second.get(timeout=T)}) == 2
+    assert [what for _, what in started(path)][:3] == ["start", "start", "end"]
+    assert "autoscale: every pool process is busy; growing to 2" in supervisor.stderr
+    assert supervisor.stop() == 0

@@ -37,10 +37,10 @@ app = Celery("prefork_speedup", broker=os.environ.get("CELERY_BROKER_URL", "memo
 
 
 def spin(milliseconds: float) -> int:
-    """Pure-Python work for ``milliseconds`` of this process's CPU time."""
-    deadline = time.process_time() + milliseconds / 1000
+    """Pure-Python work for ``milliseconds`` of this thread's CPU time."""
+    deadline = time.thread_time() + milliseconds / 1000
     count = 0
-    while time.process_time() < deadline:
+    while time.thread_time() < deadline:
         count += 1
     return count
 

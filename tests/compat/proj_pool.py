@@ -58,13 +58,3 @@ def stuck(path):
     time.sleep(5)
     _append(path, "survived")
     return "survived"
-
-
-@app.task(name="proj_pool.burn")
-def burn(milliseconds):
-    """Pure-Python CPU work for about ``milliseconds``."""
-    deadline = time.process_time() + milliseconds / 1000
-    count = 0
-    while time.process_time() < deadline:
-        count += 1
-    return count

@@ -9,6 +9,11 @@ Rounds interleave the configurations, so a noisy neighbour hits them all alike. 
 speed-up is tasks/s of a configuration over tasks/s of its ``-c 1`` in the same round.
 
     python bench/prefork_speedup.py [--tasks 200] [--rounds 3] [--milliseconds 20]
+                                    [--store sqlite|valkey]
+
+``--store valkey`` runs a throw-away valkey-server (``bench/valkey_server.py``), each
+configuration in a namespace of its own. The client (this process) runs on the same
+machine; its CPU per task is printed, since on two cores it competes with the pool.
 
 Needs two free cores to show x2; on a shared machine read the load average printed.
 This file is also the module the workers import (the Celery app, the task, the
@@ -118,19 +123,41 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--milliseconds", type=float, default=20.0)
+    parser.add_argument("--store", choices=("sqlite", "valkey"), default="sqlite")
     args = parser.parse_args()
+    server = None
+    if args.store == "valkey":
+        from valkey_server import BenchValkey
+
+        server = BenchValkey().start()
+    try:
+        run_rounds(args, server.url if server is not None else None)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def run_rounds(args: argparse.Namespace, valkey_url: str | None) -> None:
     print(f"== prefork speed-up, {args.tasks} tasks of {args.milliseconds:g} ms CPU each")
-    print(f"   {os.cpu_count()} cores | load average {os.getloadavg()[0]:.2f} | SQLite")
+    store = "SQLite" if valkey_url is None else "one valkey-server"
+    print(f"   {os.cpu_count()} cores | load average {os.getloadavg()[0]:.2f} | {store}")
+    client_cpu: list[float] = []
     rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
     ratios: dict[str, list[float]] = {name: [] for name in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="prefork-bench-") as tmp:
         for round_number in range(args.rounds):
             measured: dict[str, float] = {}
             for name, (kind, flags) in CONFIGS.items():
-                url = f"sqlite:///{tmp}/r{round_number}-{len(measured)}.db"
+                label = f"r{round_number}-{len(measured)}"
+                if valkey_url is None:
+                    url = f"sqlite:///{tmp}/{label}.db"
+                else:
+                    url = f"{valkey_url}/0?namespace=bench{label}"
                 proc = start(flags, url, Path(tmp) / "workers.log")
                 try:
+                    cpu = time.process_time()
                     measured[name] = timed(kind, url, args.tasks, args.milliseconds)
+                    client_cpu.append((time.process_time() - cpu) / (args.tasks + 8))
                 finally:
                     stop(proc)
             for name, (kind, _) in CONFIGS.items():
@@ -143,6 +170,7 @@ def main() -> None:
     for name in CONFIGS:
         each = " ".join(f"x{r:.2f}" for r in ratios[name])
         print(f"{name:28}  {statistics.median(rates[name]):16.1f}  {each:>24}")
+    print(f"   client CPU per task (median): {statistics.median(client_cpu) * 1e6:.0f} us")
     print(f"   load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -134,6 +134,7 @@ def test_a_hard_time_limit_kills_the_pool_process_and_fails_the_task(
     assert killed not in pids  # a fresh process replaced it
 
 
+@pytest.mark.parametrize("kind", ["sqlite"])  # the store plays no part in it
 def test_max_tasks_per_child_replaces_each_pool_process(workers: Workers, tmp_path: Path) -> None:
     import proj_pool as p
 

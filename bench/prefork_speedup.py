@@ -7,6 +7,8 @@ natively ``--workflow prefork_speedup --processes 1`` / ``2``), warms it up, the
 ``--tasks`` tasks submitted at once from their first submit to their last result.
 Rounds interleave the configurations, so a noisy neighbour hits them all alike. The
 speed-up is tasks/s of a configuration over tasks/s of its ``-c 1`` in the same round.
+The worker processes' CPU per task (the supervisor and its pool processes, from
+``/proc``) is printed too: what a task costs, whatever else the machine runs.
 
     python bench/prefork_speedup.py [--tasks 200] [--rounds 3] [--milliseconds 20]
                                     [--store sqlite|valkey]
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from pyrula.workflows import WorkflowContext, workflow
@@ -94,28 +97,47 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def timed(kind: str, url: str, tasks: int, milliseconds: float) -> float:
-    """Tasks/s of ``tasks`` tasks submitted at once (after a warm-up)."""
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its live children, from /proc."""
+    total = 0.0
+    pids = {pid}
+    with suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                pids.update(int(p) for p in handle.read().split())
+    for each in pids:
+        with suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{each}/stat") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def timed(kind: str, url: str, tasks: int, milliseconds: float, worker: int) -> tuple[float, float]:
+    """Tasks/s of ``tasks`` tasks submitted at once (after a warm-up), and the worker
+    processes' CPU seconds per task meanwhile."""
     if kind == "celery":
         app.conf.broker_url = url
         for result in [burn.delay(1) for _ in range(8)]:
             result.get(timeout=120)
-        began = time.perf_counter()
+        cpu, began = tree_cpu(worker), time.perf_counter()
         results = [burn.delay(milliseconds) for _ in range(tasks)]
         for result in results:
             result.get(timeout=600)
-        return tasks / (time.perf_counter() - began)
-    from pyrula.workflows import open_store
-    from pyrula.workflows.sync import WorkflowClient
+    else:
+        from pyrula.workflows import open_store
+        from pyrula.workflows.sync import WorkflowClient
 
-    with WorkflowClient(open_store(url)) as client:
-        for handle in [client.submit(burn_flow, {"milliseconds": 1}) for _ in range(8)]:
-            handle.result(timeout=120)
-        began = time.perf_counter()
-        handles = [client.submit(burn_flow, {"milliseconds": milliseconds}) for _ in range(tasks)]
-        for handle in handles:
-            handle.result(timeout=600)
-        return tasks / (time.perf_counter() - began)
+        with WorkflowClient(open_store(url)) as client:
+            for handle in [client.submit(burn_flow, {"milliseconds": 1}) for _ in range(8)]:
+                handle.result(timeout=120)
+            cpu, began = tree_cpu(worker), time.perf_counter()
+            params = {"milliseconds": milliseconds}
+            handles = [client.submit(burn_flow, params) for _ in range(tasks)]
+            for handle in handles:
+                handle.result(timeout=600)
+    elapsed = time.perf_counter() - began
+    return tasks / elapsed, (tree_cpu(worker) - cpu) / tasks
 
 
 def main() -> None:
@@ -142,6 +164,7 @@ def run_rounds(args: argparse.Namespace, valkey_url: str | None) -> None:
     store = "SQLite" if valkey_url is None else "one valkey-server"
     print(f"   {os.cpu_count()} cores | load average {os.getloadavg()[0]:.2f} | {store}")
     client_cpu: list[float] = []
+    worker_cpu: dict[str, list[float]] = {name: [] for name in CONFIGS}
     rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
     ratios: dict[str, list[float]] = {name: [] for name in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="prefork-bench-") as tmp:
@@ -156,8 +179,11 @@ def run_rounds(args: argparse.Namespace, valkey_url: str | None) -> None:
                 proc = start(flags, url, Path(tmp) / "workers.log")
                 try:
                     cpu = time.process_time()
-                    measured[name] = timed(kind, url, args.tasks, args.milliseconds)
+                    measured[name], per_task = timed(
+                        kind, url, args.tasks, args.milliseconds, proc.pid
+                    )
                     client_cpu.append((time.process_time() - cpu) / (args.tasks + 8))
+                    worker_cpu[name].append(per_task)
                 finally:
                     stop(proc)
             for name, (kind, _) in CONFIGS.items():
@@ -166,10 +192,14 @@ def run_rounds(args: argparse.Namespace, valkey_url: str | None) -> None:
             print(f"   round {round_number + 1}: " + ", ".join(
                 f"{name} {measured[name]:.1f}/s" for name in CONFIGS))  # fmt: skip
     print()
-    print(f"{'configuration':28}  {'tasks/s (median)':>16}  {'x its -c 1, each round':>24}")
+    print(
+        f"{'configuration':28}  {'tasks/s (median)':>16}  {'x its -c 1, each round':>24}"
+        f"  {'worker CPU/task':>15}"
+    )
     for name in CONFIGS:
         each = " ".join(f"x{r:.2f}" for r in ratios[name])
-        print(f"{name:28}  {statistics.median(rates[name]):16.1f}  {each:>24}")
+        cpu = statistics.median(worker_cpu[name]) * 1000
+        print(f"{name:28}  {statistics.median(rates[name]):16.1f}  {each:>24}  {cpu:12.2f} ms")
     print(f"   client CPU per task (median): {statistics.median(client_cpu) * 1e6:.0f} us")
     print(f"   load average after: {os.getloadavg()[0]:.2f}")
 

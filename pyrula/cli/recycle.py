@@ -1,14 +1,16 @@
 """``pyrula worker --max-tasks-per-child N`` / ``--max-memory-per-child KIB``: a worker
 process replaced after N runs, or once its resident memory passes KIB kilobytes.
 
-pyrula runs task bodies on threads of one worker process, so recycling replaces that
-whole process. With either limit set (the flag, or with ``-A`` the app's
-``worker_max_tasks_per_child`` / ``worker_max_memory_per_child``; the flag wins),
-``pyrula worker`` becomes a small supervisor: the process the pid file names. It checks
-the command as a worker would (imports the modules or the app, so a usage error is its
-own, exit 2), then serves nothing itself: it runs the worker as a child process (its own
-command line again, marked by ``PYRULA_WORKER_CHILD``) and keeps one serving
-(:mod:`pyrula.cli.supervisor`):
+The threads pool runs task bodies on threads of one worker process, so recycling
+replaces that whole process; the prefork pool (:mod:`pyrula.cli.prefork`) replaces each
+pool process on its own, under the same supervisor. With either limit set (the flag,
+or with ``-A`` the app's ``worker_max_tasks_per_child`` /
+``worker_max_memory_per_child``; the flag wins), ``pyrula worker`` becomes a small
+supervisor: the process the pid file names. It checks the command as a worker would
+(imports the modules or the app, so a usage error is its own, exit 2), then serves
+nothing itself: it runs the worker as a child process (its own command line again,
+marked by ``PYRULA_WORKER_CHILD``) and keeps one serving (or each pool process;
+:mod:`pyrula.cli.supervisor`):
 
 * The child counts every run execution that ends on it (completed, failed, cancelled,
   suspended: ``WorkflowWorker.on_run_end``) and reads its resident memory after each

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pyrula.workflows import hard_limits
 from pyrula_compat import _state, states
 from pyrula_compat.app.task import Context, Task
 from pyrula_compat.errors import ExceptionInfo
@@ -100,6 +101,13 @@ class BodyGuard:
         """Whether an exception was set for the thread (done() must drop it if pending)."""
         self.stopped = False
         """Whether :meth:`stop_body` was called before the body returned."""
+        # In a process pool, the pool's parent kills this process at the hard limit
+        # (pyrula.workflows.hard_limits); else the limit is raised into the thread.
+        self._killed = (
+            hard is not None and hard > 0 and hard_limits.arm(hard, TimeLimitExceeded(hard))
+        )
+        if self._killed:
+            hard = None
         self._timers = [
             threading.Timer(limit, self._raise, (kind,))
             for limit, kind in ((soft, SoftTimeLimitExceeded), (hard, TimeLimitExceeded))
@@ -131,6 +139,8 @@ class BodyGuard:
             if self._done:
                 return
             self._done = True
+            if self._killed:
+                hard_limits.disarm()
             for timer in self._timers:
                 timer.cancel()
             if self._raised:  # nothing was raised on most attempts: no call then

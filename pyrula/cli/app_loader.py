@@ -38,15 +38,13 @@ CELERY_ONLY_FLAGS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
      "-X: pyrula has no queues to exclude"),
     (("-B", "--beat"), "celery_beat", True,
      "-B: not needed; every pyrula worker fires the beat_schedule entries, each slot once"),
-    (("-P", "--pool"), "celery_pool", False,
-     "--pool: pyrula runs task bodies on threads of one process (scale with -c or more "
-     "workers)"),
+    (("-P", "--pool"), "celery_pool", False, ""),  # pyrula/cli/prefork.py
     (("-E", "--task-events"), "celery_events", True,
      "-E: no event stream; use `pyrula runs list` to see tasks"),
     (("-O",), "celery_optimization", False, "-O: pyrula never prefetches; it claims one "
      "task per free slot"),
     (("-n", "--hostname"), "celery_hostname", False, ""),
-    (("--autoscale",), "celery_autoscale", False, "--autoscale: use -c/--max-concurrent-runs"),
+    (("--autoscale",), "celery_autoscale", False, ""),  # pyrula/cli/prefork.py
     (("--prefetch-multiplier",), "celery_prefetch", False,
      "--prefetch-multiplier: pyrula never prefetches"),
     (("--without-gossip",), "celery_without_gossip", True, ""),

@@ -1,14 +1,16 @@
 """``pyrula worker --max-tasks-per-child N`` / ``--max-memory-per-child KIB``: a worker
 process replaced after N runs, or once its resident memory passes KIB kilobytes.
 
-pyrula runs task bodies on threads of one worker process, so recycling replaces that
-whole process. With either limit set (the flag, or with ``-A`` the app's
-``worker_max_tasks_per_child`` / ``worker_max_memory_per_child``; the flag wins),
-``pyrula worker`` becomes a small supervisor: the process the pid file names. It checks
-the command as a worker would (imports the modules or the app, so a usage error is its
-own, exit 2), then serves nothing itself: it runs the worker as a child process (its own
-command line again, marked by ``PYRULA_WORKER_CHILD``) and keeps one serving
-(:mod:`pyrula.cli.supervisor`):
+The threads pool runs task bodies on threads of one worker process, so recycling
+replaces that whole process; the prefork pool (:mod:`pyrula.cli.prefork`) replaces each
+pool process on its own, under the same supervisor. With either limit set (the flag,
+or with ``-A`` the app's ``worker_max_tasks_per_child`` /
+``worker_max_memory_per_child``; the flag wins), ``pyrula worker`` becomes a small
+supervisor: the process the pid file names. It checks the command as a worker would
+(imports the modules or the app, so a usage error is its own, exit 2), then serves
+nothing itself: it runs the worker as a child process (its own command line again,
+marked by ``PYRULA_WORKER_CHILD``) and keeps one serving (or each pool process;
+:mod:`pyrula.cli.supervisor`):
 
 * The child counts every run execution that ends on it (completed, failed, cancelled,
   suspended: ``WorkflowWorker.on_run_end``) and reads its resident memory after each
@@ -21,10 +23,14 @@ command line again, marked by ``PYRULA_WORKER_CHILD``) and keeps one serving
   within half a second); it exits 0 once they exited cleanly. A second signal exits at
   once with 1, as ``pyrula worker`` does.
 * A child that dies otherwise (a crash, SIGKILL, an exit nobody asked for) is replaced;
-  repeated quick deaths back off (0.5 s, doubling, up to 30 s). Its runs in flight
-  are recovered once their lease expires, as for any dead worker. A child that exits with
-  an error before it served (a module that no longer imports, the store unreachable) is
-  not restarted: the supervisor stops the others and exits with its code.
+  repeated quick deaths back off (0.5 s, doubling, up to 30 s). The runs it held (it
+  reports each run and lease token as the run starts) are handed back at once: the
+  supervisor expires their leases, fenced by the token, and recovers them, which counts
+  a recovery as for any dead worker (without a report, they are recovered once their
+  lease expires). A child that exits with a usage error before it served (a module
+  that no longer imports), or the first child failing before any served, is not
+  restarted: the supervisor stops the others and exits with its code. A child that
+  cannot reach its store waits for it with backoff.
 * A child whose supervisor is gone (its end of the socket closed) stops gracefully.
 """
 
@@ -42,8 +48,9 @@ from typing import Any, TypeVar
 
 import click
 
-from pyrula.cli.render import CliUsageError
-from pyrula.cli.supervisor import CHILD_ENV, READY, RECYCLING, Supervisor
+from pyrula.cli.prefork import Pool, PoolChild, RunKeeper
+from pyrula.cli.render import CliUsageError, mask_url
+from pyrula.cli.supervisor import CHILD_ENV, READY, RECYCLING, PoolSize, Supervisor
 
 log = logging.getLogger("pyrula.cli.recycle")
 
@@ -161,6 +168,15 @@ class ChildLink:
         self.recycling = False
         self.limits: Limits | None = None
         self.worker: Any = None
+        self.prefork = False
+        self._sending = threading.Lock()
+        self.reports: PoolChild | None = None
+
+    def observer(self) -> PoolChild:
+        """The worker's execution observer: reports the run and token this process
+        holds, and (a prefork pool process) arms its hard time limits."""
+        self.reports = PoolChild(self._send, enforce=self.prefork)
+        return self.reports
 
     @classmethod
     def from_environment(cls, values: dict[str, Any]) -> ChildLink | None:
@@ -172,7 +188,7 @@ class ChildLink:
         text = os.environ.pop(CHILD_ENV, None)
         if not text:
             return None
-        number, _, fd = text.partition(":")
+        number, fd, pool = text.split(":")
         channel = socket.socket(fileno=int(fd))
         channel.set_inheritable(False)
         for key in ("pidfile", "workdir", "uid", "gid", "umask"):
@@ -182,7 +198,11 @@ class ChildLink:
             values["celery_purge"] = False
         if values.get("worker_id"):
             values["worker_id"] = f"{values['worker_id']}-{os.getpid()}"
-        return cls(int(number), channel)
+        link = cls(int(number), channel)
+        if pool == "prefork":  # a pool process: one run at a time
+            values["max_concurrent_runs"] = 1
+            link.prefork = True
+        return link
 
     def attach(self, worker: Any, limits: Limits | None, on_start: Start | None) -> Start:
         """Count ``worker``'s runs against ``limits`` and watch the supervisor; returns
@@ -194,11 +214,13 @@ class ChildLink:
         async def start(store: Any) -> None:
             if on_start is not None:
                 await on_start(store)
-            self._send(READY)
+            self._send(READY + b" " + str(worker.worker_id).encode())
 
         return start
 
-    def _run_ended(self, _run_id: str) -> None:
+    def _run_ended(self, run_id: str) -> None:
+        if self.reports is not None:
+            self.reports.run_ended(run_id)
         self.finished += 1
         if self.recycling or self.limits is None:
             return
@@ -217,7 +239,7 @@ class ChildLink:
         self.worker.stop()
 
     def _send(self, line: bytes) -> None:
-        with suppress(OSError):  # the supervisor is gone (_watch stops the worker)
+        with self._sending, suppress(OSError):  # the supervisor is gone (_watch stops it)
             self.channel.sendall(line + b"\n")
 
     def _watch(self) -> None:
@@ -231,19 +253,37 @@ class ChildLink:
         self.worker.stop()
 
 
-def supervise(limits: Limits, on_first_ready: Callable[[], None] | None = None) -> None:
-    """Serve through worker children until stopped (see the module docstring); return
-    on a clean stop, else raise ``SystemExit`` with the exit code. ``on_first_ready`` is
-    called once, when the first child serves (with ``-A``: Celery's ``worker_ready``)."""
+def supervise(
+    limits: Limits | None,
+    on_first_ready: Callable[[], None] | None = None,
+    *,
+    pool: Pool | None = None,
+    keeper: RunKeeper | None = None,
+) -> None:
+    """Serve through worker children until stopped (see the module docstring, and
+    :mod:`pyrula.cli.prefork` for a prefork ``pool``); return on a clean stop, else raise
+    ``SystemExit`` with the exit code. ``on_first_ready`` is called once, when the first
+    child serves (with ``-A``: Celery's ``worker_ready``)."""
     from pyrula.cli.worker import EXIT_FORCED, REPEAT_SIGNAL_WINDOW, _hard_exit
 
-    click.echo(
-        f"pyrula supervisor (pid {os.getpid()}): serves through a worker process, "
-        f"replaced {limits.describe()}"
-    )
+    if pool is not None and pool.kind == "prefork":
+        size = PoolSize(pool.processes, pool.most, prefork=True)
+        scale = f"{pool.processes} to {pool.most}" if pool.most > pool.processes else str(pool.most)
+        what = f"{scale} pool processes, one run at a time each"
+    else:
+        size = PoolSize()
+        what = "a worker process"
+    replaced = f", replaced {limits.describe()}" if limits is not None else ""
+    where = f" on {mask_url(keeper.store.url)}" if keeper is not None else ""
+    click.echo(f"pyrula supervisor (pid {os.getpid()}): serves{where} through {what}{replaced}")
     argv = [sys.executable, "-m", "pyrula.cli.main", *sys.argv[1:]]
     supervisor = Supervisor(
-        argv, lambda: _hard_exit(EXIT_FORCED), REPEAT_SIGNAL_WINDOW, on_first_ready
+        argv,
+        lambda: _hard_exit(EXIT_FORCED),
+        REPEAT_SIGNAL_WINDOW,
+        on_first_ready,
+        size=size,
+        keeper=keeper,
     )
     code = supervisor.run()
     log.info("supervisor %d stopped", os.getpid())

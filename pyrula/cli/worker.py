@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pyrula.cli import app_loader, recycle, supervisor
+from pyrula.cli import app_loader, prefork, recycle, supervisor
 from pyrula.cli.daemon import Daemon, daemon_options, node_name
 from pyrula.cli.logging_setup import configure_logging, log_format_option, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
@@ -216,6 +216,7 @@ def import_workflow_modules(names: Iterable[str]) -> None:
 @worker_option_flags
 @daemon_options
 @recycle.recycle_options
+@prefork.pool_options
 @app_loader.celery_worker_flags
 def worker_command(
     modules: tuple[str, ...], store_url: str | None, loglevel: str, log_format: str, **values: Any
@@ -227,6 +228,7 @@ def worker_command(
     once (code 1); runs still in flight then wait for their lease to expire.
     """
     os.environ[LOG_FORMAT_ENV] = log_format.lower()  # for -A's app.log, and child processes
+    prefork.check_concurrency(values)  # -c 0: before anything is imported or started
     child = recycle.ChildLink.from_environment(values)  # run by a supervisor (recycle.py)
     daemon = Daemon.from_values(values)
     daemon.enter_workdir()
@@ -262,14 +264,18 @@ def worker_command(
     except ConfigurationError as exc:
         raise CliUsageError(str(exc)) from None
     limits = recycle.limits_of(values, loaded.app if loaded else None, store.url)
+    pool, options = pool_of(values, options, loaded is not None, store.url, child)
     import_workflow_modules(modules)
     if loaded is not None:
         app_loader.merge_default_registry(loaded.app)
     if child is None:  # a child's supervisor said them
-        for note in app_loader.celery_notes(values):
+        for note in app_loader.celery_notes(values) + ([pool.note] if pool.note else []):
             click.echo(note, err=True)
     worker = WorkflowWorker(
-        store=store, options=options, registry=loaded.registry if loaded else None
+        store=store,
+        options=options,
+        registry=loaded.registry if loaded else None,
+        observer=child.observer() if child is not None else None,
     )
     names = sorted(d.name for d in worker.workflows)
     if not names:
@@ -297,15 +303,37 @@ def worker_command(
         start = child.attach(worker, limits, start)
     try:
         with daemon.running(node):
-            if limits is not None and child is None:  # --max-*-per-child: recycle.py
-                recycle.supervise(limits, loaded.on_ready if loaded is not None else None)
+            if child is None and (limits is not None or pool.kind == "prefork"):
+                # pool processes (prefork.py), --max-*-per-child (recycle.py)
+                keeper = prefork.RunKeeper(store, options.max_recoveries)
+                on_ready = loaded.on_ready if loaded is not None else None
+                recycle.supervise(limits, on_ready, pool=pool, keeper=keeper)
             else:
-                asyncio.run(serve_worker(worker, banner, start, purge))
+                serving = serve_worker(worker, banner, start, purge, patient=child is not None)
+                asyncio.run(serving)
     except PyrulaError as exc:
         raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
     finally:
         if loaded is not None:
             loaded.on_stop()
+
+
+def pool_of(
+    values: Mapping[str, Any],
+    options: WorkerOptions,
+    app: bool,
+    store_url: str,
+    child: recycle.ChildLink | None,
+) -> tuple[prefork.Pool, WorkerOptions]:
+    """The pool this command serves with (:mod:`pyrula.cli.prefork`) and the options of
+    the worker it runs here: one run at a time for ``solo`` (a pool process's own
+    ``-c 1`` comes from its supervisor, :class:`~pyrula.cli.recycle.ChildLink`)."""
+    if child is not None:
+        return prefork.Pool("prefork" if child.prefork else "threads"), options
+    pool = prefork.choose_pool(values, app=app, store_url=store_url)
+    if pool.kind == "solo":
+        options = dataclasses.replace(options, max_concurrent_runs=1)
+    return pool, options
 
 
 def purge_before_serving(names: list[str]) -> Callable[[Any], Awaitable[None]]:
@@ -346,8 +374,10 @@ async def serve_worker(
     before_run: Callable[[Any], Awaitable[None]] | None = None,
     *,
     schedules_only: bool = False,
+    patient: bool = False,
 ) -> None:
-    """Open the store, run ``on_start(store)`` (a Celery app's start-up) and
+    """Open the store (``patient``: waiting for it with backoff while it cannot be
+    reached, as a pool process does), run ``on_start(store)`` (a Celery app's start-up) and
     ``before_run(store)`` (``--purge``), print ``banner``, run ``worker`` (only its
     schedule loop with ``schedules_only``: ``pyrula beat``) with SIGTERM/SIGINT wired to
     a graceful stop, and close the store after."""
@@ -391,7 +421,7 @@ async def serve_worker(
         except (NotImplementedError, RuntimeError):  # no add_signal_handler (Windows)
             signal.signal(stop_signal, lambda sig, _frame: on_signal(sig))
     try:
-        await worker.store.open()
+        await (prefork.open_patiently(worker.store) if patient else worker.store.open())
         if on_start is not None:
             await on_start(worker.store)
         if before_run is not None:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from pyrula.workflows.errors import ConfigurationError, WorkflowError
+from pyrula.workflows.hard_limits import HardTimeout
 from pyrula.workflows.rate import Rate, check_owner_concurrency
 from pyrula.workflows.registry import ExpiredHook, Registry, WorkflowDefinition, default_registry
 from pyrula.workflows.retry import RetryPolicy
@@ -102,15 +103,18 @@ class Step:
         name: str | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        hard: bool = False,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ConfigurationError(f"step timeout must be > 0 seconds, got {timeout!r}")
+        if hard and timeout is None:
+            raise ConfigurationError("step hard=True needs a timeout (seconds)")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigurationError("step retry= takes a RetryPolicy")
         self.fn = fn
         self.name = name if name is not None else fn.__name__
         self.retry = retry
-        self.timeout = timeout
+        self.timeout = HardTimeout(timeout) if hard and timeout is not None else timeout
         self.__doc__ = fn.__doc__
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
@@ -142,7 +146,11 @@ def step(fn: Callable[..., Any]) -> Step: ...
 
 @overload
 def step(
-    *, name: str | None = None, retry: RetryPolicy | None = None, timeout: float | None = None
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+    hard: bool = False,
 ) -> Callable[[Callable[..., Any]], Step]: ...
 
 
@@ -152,17 +160,21 @@ def step(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
+    hard: bool = False,
 ) -> Step | Callable[[Callable[..., Any]], Step]:
     """Make a sync or async function a journaled step: ``@step`` or ``@step(retry=, timeout=)``.
 
     The function's first argument is a :class:`StepContext` (``attempt`` is 1-based).
-    ``timeout`` (seconds) cancels async code; a sync step is never killed (Python cannot
-    stop a thread): the engine waits for it and logs an overrun.
+    ``timeout`` (seconds) cancels async code; a sync step is not killed (Python cannot
+    stop a thread): the engine waits for it and logs an overrun. With ``hard=True``, in
+    a pool process (``pyrula worker --processes N``) the process is killed at the
+    timeout and the run fails with :class:`~pyrula.workflows.errors.StepTimeout` (no
+    retry: the step may have left anything half done); elsewhere it acts as without.
     """
     if fn is not None:
         return Step(fn)
 
     def decorate(func: Callable[..., Any]) -> Step:
-        return Step(func, name=name, retry=retry, timeout=timeout)
+        return Step(func, name=name, retry=retry, timeout=timeout, hard=hard)
 
     return decorate

@@ -36,7 +36,7 @@ FAST = [
     "--orphan-scan-interval", "0.5",
     "--schedule-poll-interval", "0.5",
     "--shutdown-grace", "3",
-    "-c", "16",
+    "-c", "16", "--pool", "threads",  # one process; tests/compat/test_prefork.py: the pool
 ]  # fmt: skip
 START_TIMEOUT = 30.0
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pyrula.cli.daemon import pid_running as running
-from tests.compat.conftest import HERE, REPO_ROOT, proj_workers, pyrula_command
+from tests.compat.conftest import HERE, REPO_ROOT, proj_workers, pyrula_command, wait_until
 from tests.integration.test_cli_multi import Cluster
 
 pytestmark = pytest.mark.slow
@@ -46,8 +46,9 @@ def test_celerys_systemd_unit_runs_with_pyrula(tmp_path: Path, proj_app: Any) ->
         "CELERYD_NODES": "w1 w2",
         "CELERY_BIN": shlex.join(pyrula_command()),
         "CELERY_APP": "proj",
+        # --pool threads: -c 8 in one process each (w3 below runs the default prefork pool)
         "CELERYD_OPTS": f"--time-limit=300 --concurrency=8 -c:w2 2 -b {url} "
-        "--claim-poll-interval=0.05 --shutdown-grace=3",
+        "--claim-poll-interval=0.05 --shutdown-grace=3 --pool threads",
         "CELERYD_PID_FILE": f"{tmp_path}/run/%n.pid",
         "CELERYD_LOG_FILE": f"{tmp_path}/log/%n%I.log",
         "CELERYD_LOG_LEVEL": "INFO",
@@ -76,7 +77,9 @@ def test_celerys_systemd_unit_runs_with_pyrula(tmp_path: Path, proj_app: Any) ->
             # -A after `multi`, as older units give it
             alone = cluster.multi("start", "w3", "-A", "proj", "-b", url, "--pidfile=run/%n.pid")
             assert alone.returncode == 0, alone.stdout + alone.stderr
-            assert "proj.tasks.add" in (tmp_path / "w3.log").read_text()
+            log = tmp_path / "w3.log"  # the pool processes' banners follow the supervisor's
+            wait_until(lambda: "proj.tasks.add" in log.read_text(), 30, "w3's pool processes")
+            assert "through 2 pool processes" in log.read_text()
             assert cluster.multi("stopwait", "w3", "--pidfile=run/%n.pid").returncode == 0
 
         stopped = cluster.sh(EXEC_STOP, conf)

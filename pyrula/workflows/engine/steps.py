@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from pyrula.workflows import log_context
+from pyrula.workflows import hard_limits, log_context
 from pyrula.workflows.context import StepContext
 from pyrula.workflows.engine.control import Suspend, being_cancelled, running_step
 from pyrula.workflows.engine.threads import StepThreadPool
@@ -39,6 +39,7 @@ from pyrula.workflows.errors import (
     StepTimeout,
 )
 from pyrula.workflows.faults import fault_point
+from pyrula.workflows.hard_limits import HardTimeout
 from pyrula.workflows.records import JournalEntry, Wait
 from pyrula.workflows.retry import RetryPolicy
 from pyrula.workflows.serialization import ErrorInfo, decode, encode
@@ -249,6 +250,13 @@ async def _call(
     kwargs: dict[str, Any],
     timeout: float | None,
 ) -> tuple[bool, Any]:
+    if isinstance(timeout, HardTimeout):  # @step(hard=True): a pool process is killed
+        error = StepTimeout(f"step {name!r} ran past its hard timeout of {timeout}s")
+        if hard_limits.arm(timeout, error):
+            try:
+                return await _call(execution, name, fn, args, kwargs, float(timeout))
+            finally:
+                hard_limits.disarm()
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - async callables
     ):

@@ -188,13 +188,18 @@ class AppWorker:
         if not self.pool_child:
             self.ready()
 
-    def ready(self) -> None:
-        """Start the bootsteps, then send ``worker_ready``: at the end of
-        :meth:`on_start`, or in a recycling supervisor once its first worker child
-        serves. A step that fails to start raises BootstepError (naming it)."""
+    def start_steps(self) -> None:
+        """Start the bootsteps (once): a step that fails to start raises BootstepError
+        (naming it). A supervisor (prefork pool, recycling) calls it before its first
+        child claims anything, as Celery's worker starts its blueprint first."""
         if self.bootsteps is not None and not self.steps_started:
             self.bootsteps.start()
             self.steps_started = True
+
+    def ready(self) -> None:
+        """Start the bootsteps if not started yet, then send ``worker_ready``: at the end
+        of :meth:`on_start`, or in a supervisor once its first worker child serves."""
+        self.start_steps()
         signals.worker_ready.send(sender=self)
 
     def on_stop(self, sig: str | None = None) -> None:

@@ -382,6 +382,16 @@ class LoadedApp:
         except BootstepError as exc:
             raise CliError(str(exc)) from None
 
+    def start_steps(self) -> None:
+        """A supervisor's bootsteps start before its children serve; one that fails to
+        start stops the worker with one line naming it."""
+        from pyrula_compat.bootsteps import BootstepError
+
+        try:
+            self.setup.start_steps()
+        except BootstepError as exc:
+            raise CliError(str(exc)) from None
+
     def on_ready(self) -> None:
         """A recycling supervisor's first worker child serves: the bootsteps start,
         then ``worker_ready``."""

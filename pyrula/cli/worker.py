@@ -307,6 +307,8 @@ def worker_command(
                 # pool processes (prefork.py), --max-*-per-child (recycle.py)
                 keeper = prefork.RunKeeper(store, options.max_recoveries)
                 on_ready = loaded.on_ready if loaded is not None else None
+                if loaded is not None:  # the app's bootsteps, before any child claims
+                    loaded.start_steps()
                 recycle.supervise(limits, on_ready, pool=pool, keeper=keeper)
             else:
                 serving = serve_worker(worker, banner, start, purge, patient=child is not None)

@@ -1,4 +1,5 @@
-"""Real Celery 5.7 (with django-celery-beat and celery-redbeat, which need it) for the
+"""Real Celery 5.7 (with django-celery-beat and celery-redbeat, which need it, and
+psycopg for django-celery-beat on Postgres) for the
 tests that compare the drop-in with Celery or play a Celery deployment: installed once per
 machine with ``pip install --target`` into a directory of its own, never into the
 project's venv (there, ``import celery`` must fail: the shim's opt-in alias checks it).
@@ -15,7 +16,10 @@ import sys
 from pathlib import Path
 
 VERSION = "5.7.0"
-PACKAGES = (f"celery[redis]=={VERSION}", "django-celery-beat==2.9.0", "celery-redbeat==2.4.2")
+PACKAGES = (
+    f"celery[redis]=={VERSION}", "django-celery-beat==2.9.0", "celery-redbeat==2.4.2",
+    "psycopg[binary]>=3.1",  # django-celery-beat's tables on Postgres
+)  # fmt: skip
 
 
 def celery_dir() -> Path:
@@ -24,7 +28,7 @@ def celery_dir() -> Path:
         return Path(given)
     python = f"py{sys.version_info[0]}{sys.version_info[1]}"
     target = Path.home() / ".cache" / "pyrula-tests" / f"celery-{VERSION}-beat-{python}"
-    if not (target / "redbeat" / "__init__.py").exists():
+    if not (target / "psycopg" / "__init__.py").exists():
         target.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *PACKAGES],

@@ -16,6 +16,7 @@ import pytest
 
 from pyrula.workflows import open_store
 from pyrula.workflows.records import ScheduleRecord
+from tests.archive.postgres import empty_dsn, postgres_dsn  # noqa: F401  (fixtures)
 from tests.compat.conftest import pyrula_command, wait_until
 from tests.compat.migrating.move import APP, Move
 
@@ -33,8 +34,10 @@ def move(tmp_path: Path, valkey_server: Any) -> Iterator[Move]:
         moving.close()
 
 
-def beat(move: Move, *flags: str) -> subprocess.CompletedProcess[str]:
+def beat(move: Move, *flags: str, pg: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**move.env("pyrula"), "MIGRATE_DB": str(move.tmp / "beat.db")}
+    if pg is not None:
+        env["MIGRATE_PG_DSN"] = pg
     return subprocess.run(
         [*pyrula_command(), "migrate", "beat", "-A", APP, *flags],
         env=env, capture_output=True, text=True, timeout=120,
@@ -85,10 +88,24 @@ PeriodicTask.objects.create(name="ghost", task="migrating.nope", interval=hourly
 """
 
 
-def test_django_celery_beat_tasks_become_schedules_and_fire(move: Move) -> None:
-    move.publish(f"import os\nos.environ['MIGRATE_DB'] = {str(move.tmp / 'beat.db')!r}\n"
-                 + DJANGO_BEAT)  # fmt: skip
-    first = beat(move, "--django-settings", SETTINGS)
+@pytest.fixture(params=["sqlite", "postgres"])
+def beat_db(request: pytest.FixtureRequest) -> str | None:
+    """Where django-celery-beat's tables are: None for a SQLite file, else a Postgres DSN
+    (a schema of the test's own)."""
+    if request.param == "sqlite":
+        return None
+    dsn: str = request.getfixturevalue("empty_dsn")
+    return dsn
+
+
+def test_django_celery_beat_tasks_become_schedules_and_fire(
+    move: Move, beat_db: str | None
+) -> None:
+    setup = f"import os\nos.environ['MIGRATE_DB'] = {str(move.tmp / 'beat.db')!r}\n"
+    if beat_db is not None:
+        setup += f"os.environ['MIGRATE_PG_DSN'] = {beat_db!r}\n"
+    move.publish(setup + DJANGO_BEAT)
+    first = beat(move, "--django-settings", SETTINGS, pg=beat_db)
     assert first.returncode == 0, first.stderr
     out = first.stdout
     assert "schedules written: 3, unchanged: 0, one-off runs: 1" in out, out
@@ -107,7 +124,7 @@ def test_django_celery_beat_tasks_become_schedules_and_fire(move: Move) -> None:
     assert dow == "1,2,3,4,5"
     assert stored["weekday-night"].timezone == "Europe/Paris"
 
-    again = beat(move, "--django-settings", SETTINGS)
+    again = beat(move, "--django-settings", SETTINGS, pg=beat_db)
     assert again.returncode == 0, again.stderr
     assert "schedules written: 0, unchanged: 4, one-off runs: 0" in again.stdout, again.stdout
     assert schedules(move) == stored  # nothing moved, not even a phase

@@ -300,6 +300,8 @@ def migrate_beat_command(
         click.echo(f"not imported: {len(report.skipped)}")
         for name, why in report.skipped:
             click.echo(f"  {name}: {why}")
+    for name, note in report.notes:
+        click.echo(f"note: {name}: {note}")
 
 
 def _django_entries() -> tuple[list[Any], Any]:

@@ -62,6 +62,8 @@ class BeatEntry:
     one_off: bool = False
     expire_seconds: float | None = None
     last_run_at: datetime | None = None
+    until: datetime | None = None
+    """django-celery-beat's ``expires``: no run after this time."""
 
 
 @dataclass
@@ -72,13 +74,16 @@ class BeatReport:
     """One-off tasks queued as runs (their run ids)."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(entry name, why it was not imported)."""
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    """(entry name, what was imported differently from the old scheduler)."""
 
 
 # -- reading django-celery-beat ---------------------------------------------------------
 DJANGO_QUERY = """
 SELECT t.name, t.task, t.args, t.kwargs, t.expire_seconds, t.one_off, t.enabled,
        t.last_run_at, i.every, i.period, c.minute, c.hour, c.day_of_week, c.day_of_month,
-       c.month_of_year, c.timezone, s.event, s.latitude, s.longitude, k.clocked_time
+       c.month_of_year, c.timezone, s.event, s.latitude, s.longitude, k.clocked_time,
+       t.expires
 FROM django_celery_beat_periodictask t
 LEFT JOIN django_celery_beat_intervalschedule i ON t.interval_id = i.id
 LEFT JOIN django_celery_beat_crontabschedule c ON t.crontab_id = c.id
@@ -94,8 +99,29 @@ def read_django_celery_beat(rows: Iterable[Sequence[Any]]) -> tuple[list[BeatEnt
     report = BeatReport()
     entries = []
     for row in rows:
-        (name, task, args, kwargs, expire_seconds, one_off, enabled, last_run_at, every,
-         period, minute, hour, dow, dom, moy, tz, event, lat, lon, clocked) = row  # fmt: skip
+        (
+            name,
+            task,
+            args,
+            kwargs,
+            expire_seconds,
+            one_off,
+            enabled,
+            last_run_at,
+            every,
+            period,
+            minute,
+            hour,
+            dow,
+            dom,
+            moy,
+            tz,
+            event,
+            lat,
+            lon,
+            clocked,
+            until,
+        ) = row
         try:
             when: crontab | schedule | Solar | datetime
             if every is not None:
@@ -115,6 +141,7 @@ def read_django_celery_beat(rows: Iterable[Sequence[Any]]) -> tuple[list[BeatEnt
                 timezone=str(tz) if tz else None, enabled=bool(enabled), one_off=bool(one_off),
                 expire_seconds=float(expire_seconds) if expire_seconds else None,
                 last_run_at=_datetime(last_run_at) if last_run_at else None,
+                until=_datetime(until) if until else None,
             ))  # fmt: skip
         except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
             report.skipped.append((str(name), f"does not parse: {exc}"))
@@ -234,9 +261,15 @@ async def import_schedules(
             report.skipped.append((entry.name, "solar schedules cannot be expressed in pyrula; "
                                    "use a crontab at the local time you want"))  # fmt: skip
             continue
+        if entry.until is not None and entry.until <= datetime.now(UTC):
+            report.skipped.append((entry.name, f"expired at {entry.until.isoformat()}"))
+            continue
         if isinstance(entry.when, datetime) or entry.one_off:
             once.append(entry)
             continue
+        if entry.until is not None:
+            report.notes.append((entry.name, f"expires at {entry.until.isoformat()}: a pyrula "
+                                 "schedule has no end date; delete it then"))  # fmt: skip
         wanted = entry.when.schedule_for(entry.task, params_of(entry), entry.name,
                                          entry.timezone or default_tz)  # fmt: skip
         wanted = replace(wanted, enabled=entry.enabled)

@@ -85,6 +85,10 @@ PeriodicTask.objects.create(name="done-once", task="migrating.record", interval=
 sun = SolarSchedule.objects.create(event="sunrise", latitude=48.85, longitude=2.35)
 PeriodicTask.objects.create(name="sun", task="migrating.record", solar=sun)
 PeriodicTask.objects.create(name="ghost", task="migrating.nope", interval=hourly)
+PeriodicTask.objects.create(name="over", task="migrating.record", interval=hourly,
+                            expires=timezone.now() - timedelta(days=1))
+PeriodicTask.objects.create(name="ending", task="migrating.record", interval=hourly,
+                            expires=timezone.now() + timedelta(days=1))
 """
 
 
@@ -108,14 +112,16 @@ def test_django_celery_beat_tasks_become_schedules_and_fire(
     first = beat(move, "--django-settings", SETTINGS, pg=beat_db)
     assert first.returncode == 0, first.stderr
     out = first.stdout
-    assert "schedules written: 3, unchanged: 0, one-off runs: 1" in out, out
+    assert "schedules written: 4, unchanged: 0, one-off runs: 1" in out, out
+    assert "over: expired at" in out
+    assert "note: ending: expires at" in out
     assert "one-off run queued: beat-once:once" in out
     assert "sun: solar schedules cannot be expressed" in out
     assert "ghost: the app has no task named 'migrating.nope'" in out
     assert "done-once: a one-off task that ran already" in out
 
     stored = schedules(move)
-    assert set(stored) == {"tick", "weekday-night", "paused"}
+    assert set(stored) == {"tick", "weekday-night", "paused", "ending"}
     assert stored["tick"].every == 1.0 and stored["tick"].enabled
     assert stored["paused"].every == 3600.0 and not stored["paused"].enabled
     assert stored["weekday-night"].cron is not None
@@ -126,7 +132,7 @@ def test_django_celery_beat_tasks_become_schedules_and_fire(
 
     again = beat(move, "--django-settings", SETTINGS, pg=beat_db)
     assert again.returncode == 0, again.stderr
-    assert "schedules written: 0, unchanged: 4, one-off runs: 0" in again.stdout, again.stdout
+    assert "schedules written: 0, unchanged: 5, one-off runs: 0" in again.stdout, again.stdout
     assert schedules(move) == stored  # nothing moved, not even a phase
 
     worker = move.pyrula_worker()

@@ -72,7 +72,7 @@ PROJECTS: tuple[Project, ...] = (
         shim_pytest_plugins=("pyrula_compat.contrib.pytest",),
         valkey=True,
         env={"CELERY_SINGLETON_TEST_REDIS_URL": "{valkey_url}/0"},
-        test=("tests",),
+        test=("tests", "-o", "addopts="),  # its addopts are coverage options
     ),
     Project(
         name="celery-once",
@@ -89,7 +89,14 @@ PROJECTS: tuple[Project, ...] = (
         mirror="inveniosoftware+flask-celeryext/repo",
         commit="8fb596d9b38e2824bda222d51384f34d5414b659",
         what="Flask integration: create_celery_app, AppContextTask, RequestContextTask",
-        requirements=(PYTEST, "Flask>=2.2,<4", "pytest-flask", "pytest-mock", "redis>=4", "msgpack"),
+        requirements=(
+            PYTEST,
+            "Flask>=2.2,<4",
+            "pytest-flask",
+            "pytest-mock",
+            "redis>=4",
+            "msgpack",
+        ),
         # its addopts add black, isort, pydocstyle and coverage plugins: not the suite
         test=("tests", "-o", "addopts="),
     ),
@@ -99,7 +106,7 @@ PROJECTS: tuple[Project, ...] = (
         mirror="pmclanahan+django-celery-email/repo",
         commit="d47da19c09e29eea90684692e8dfa059e026c046",
         what="a Django email backend that sends mail from a Celery task",
-        requirements=("Django>=4.2,<6", "django-appconf", "unittest-xml-reporting"),
+        requirements=("Django>=4.2,<6", "django-appconf"),
         django_runner="tests.DJCETestSuiteRunner",
         django_settings="tests.settings",
         test=("tests",),
@@ -109,7 +116,7 @@ PROJECTS: tuple[Project, ...] = (
         url="https://github.com/jrobichaud/django-structlog",
         mirror="jrobichaud+django-structlog/repo",
         commit="d82f525191a3bd202a019c6e7d3392cde6009e75",
-        what="a Django logging library: structlog request and Celery task context (signals, a bootstep)",
+        what="a Django logging library: structlog context for requests and Celery tasks",
         requirements=(
             PYTEST,
             "pytest-django",
@@ -119,6 +126,7 @@ PROJECTS: tuple[Project, ...] = (
             "django-extensions",
             "colorama",
             "factory-boy",
+            "django-ipware>=6",
             "asgiref",
             "redis>=4",
         ),
@@ -157,7 +165,7 @@ PROJECTS: tuple[Project, ...] = (
         url="https://github.com/Barsoomx/django-celery-outbox",
         mirror="Barsoomx+django-celery-outbox/repo",
         commit="f05c76bc72f2ca58ce12d66bc63cb5b1aeae2c70",
-        what="the transactional outbox pattern for Celery tasks in Django (send_task relay, signals)",
+        what="the transactional outbox pattern for Celery tasks in Django",
         requirements=(
             PYTEST,
             "pytest-django",

@@ -35,7 +35,7 @@ _SKIP_DIRS = {".git", ".tox", ".venv", "venv", "node_modules", "__pycache__", "b
 
 
 def celery_modules(source: Path) -> frozenset[str]:
-    """The dotted module names of the Celery package found in ``source`` (a dir holding ``celery/``)."""
+    """The dotted names of the modules of the Celery package in ``source/celery``."""
     root = source / "celery"
     if not (root / "__init__.py").is_file():
         raise FileNotFoundError(f"no Celery package at {root} (pass --celery-source DIR)")

@@ -154,7 +154,7 @@ def valkey_server(wanted: bool) -> Iterator[str]:
     if not wanted:
         yield ""
         return
-    from valkey_server import BenchValkey  # bench/valkey_server.py
+    from valkey_server import BenchValkey  # type: ignore[import-not-found]  # bench/
 
     with BenchValkey() as server:
         yield server.url
@@ -223,7 +223,9 @@ sys.exit(bool(Runner(verbosity=1).run_tests({labels!r})))
 """
 
 
-def suite_command(project: Project, mode: str, venv: Path, root: Path, junit: Path, work: Path) -> list[str]:
+def suite_command(
+    project: Project, mode: str, venv: Path, root: Path, junit: Path, work: Path
+) -> list[str]:
     py = str(venv / "bin" / "python")
     if project.django_runner:
         driver = work / "results" / f"{project.name}-{mode}-driver.py"
@@ -247,15 +249,20 @@ def suite_command(project: Project, mode: str, venv: Path, root: Path, junit: Pa
 
 
 def last_frame(text: str) -> str:
-    frames = re.findall(r"^(\S+\.py):(\d+): (\w[\w.]*)", text, re.M)
-    if frames:
-        path, line, exc = frames[-1]
-        return f"{path}:{line}: {exc}"
-    frames2 = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)
-    if frames2:
-        path, line, fn = frames2[-1]
-        return f"{path}:{line} in {fn}"
-    return ""
+    """The traceback's last frame, after the last frame in the project's own code when the
+    two differ (``tests/test_app.py:40 -> pyrula_compat/local.py:24: AttributeError``)."""
+    frames = re.findall(r"^(\S+\.py):(\d+): (?:in (\S+)|(\w[\w.]*))", text, re.M)
+    frames += [
+        (p, n, f, "") for p, n, f in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)
+    ]
+    if not frames:
+        return ""
+    path, line, _, exc = frames[-1]
+    last = f"{path}:{line}" + (f": {exc}" if exc else "")
+    own = [f for f in frames if "site-packages" not in f[0] and "pyrula" not in f[0]]
+    if own and own[-1] != frames[-1]:
+        return f"{own[-1][0]}:{own[-1][1]} -> {last}"
+    return last
 
 
 def read_junit(junit: Path, outcome: Outcome) -> None:
@@ -278,12 +285,17 @@ def read_junit(junit: Path, outcome: Outcome) -> None:
         body = first.text or ""
         lines = body.strip().splitlines()
         message = first.get("message") or (lines[-1] if lines else "")
+        raised = re.findall(r"^E\s+(\S.*)$", body, re.M)
+        if raised and (message == "collection failure" or message.startswith("failed on")):
+            message = f"{message}: {raised[0]}"
         outcome.failures.append(
             Failure(test=test, kind=first.tag, message=message[:400], last_frame=last_frame(body))
         )
 
 
-def run_one(project: Project, mode: str, args: argparse.Namespace, modules: frozenset[str]) -> Outcome:
+def run_one(
+    project: Project, mode: str, args: argparse.Namespace, modules: frozenset[str]
+) -> Outcome:
     work: Path = args.work
     outcome = Outcome(project=project.name, mode=mode, commit=project.commit)
     results = work / "results"
@@ -311,16 +323,25 @@ def run_one(project: Project, mode: str, args: argparse.Namespace, modules: froz
         env.update({k: v.format(**values) for k, v in project.env.items()})
         cmd = suite_command(project, mode, venv, root, junit, work)
         output = results / f"{project.name}-{mode}.log"
-        with worker_process(project, mode, venv, cwd, env, results / f"{project.name}-{mode}-worker.log"):
-            with output.open("wb") as out:
-                proc = subprocess.Popen(
-                    cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-                try:
-                    outcome.exit_code = proc.wait(SUITE_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    outcome.note = f"suite killed after {SUITE_TIMEOUT} s"
-                    stop(proc)
+        with (
+            worker_process(
+                project, mode, venv, cwd, env, results / f"{project.name}-{mode}-worker.log"
+            ),
+            output.open("wb") as out,
+        ):
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                outcome.exit_code = proc.wait(SUITE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                outcome.note = f"suite killed after {SUITE_TIMEOUT} s"
+                stop(proc)
     if junit.exists() and junit.stat().st_size:
         read_junit(junit, outcome)
     if outcome.tests == 0 and not outcome.note:
@@ -344,18 +365,38 @@ def fmt(o: Outcome | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--project", default="all", help="a name from manifest.py, or all")
     parser.add_argument("--mode", choices=[*MODES, "both"], default="both")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/pyrula-real-projects"),
-                        help="checkouts, cached venvs and results (default %(default)s)")
-    parser.add_argument("--mirrors", type=Path, default=Path(manifest.MIRRORS),
-                        help="where the bare git mirrors are; a project without one is cloned from its URL")
-    parser.add_argument("--pyrula", type=Path, default=HERE.parent.parent,
-                        help="the pyrula checkout installed in shim mode (default: this one)")
-    parser.add_argument("--celery-source", type=Path, default=Path("/work/ref/celery57"),
-                        help="a directory holding Celery 5.7's celery/ package, for the rewriter's module list")
-    parser.add_argument("--failures", action="store_true", help="print every failure of the shim run")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("/tmp/pyrula-real-projects"),
+        help="checkouts, cached venvs and results (default %(default)s)",
+    )
+    parser.add_argument(
+        "--mirrors",
+        type=Path,
+        default=Path(manifest.MIRRORS),
+        help="where the bare git mirrors are; a project without one is cloned from its URL",
+    )
+    parser.add_argument(
+        "--pyrula",
+        type=Path,
+        default=HERE.parent.parent,
+        help="the pyrula checkout installed in shim mode (default: this one)",
+    )
+    parser.add_argument(
+        "--celery-source",
+        type=Path,
+        default=Path("/work/ref/celery57"),
+        help="a directory holding Celery 5.7's celery/ package, for the rewriter's module list",
+    )
+    parser.add_argument(
+        "--failures", action="store_true", help="print every failure of the shim run"
+    )
     args = parser.parse_args(argv)
     args.work = args.work.resolve()
     args.pyrula = args.pyrula.resolve()
@@ -378,7 +419,29 @@ def main(argv: list[str] | None = None) -> int:
     for name, by_mode in table.items():
         commit = next(iter(by_mode.values())).commit[:10]
         log(f"{name:24} {commit:12} {fmt(by_mode.get('celery')):34} {fmt(by_mode.get('shim')):34}")
+    shim = [by_mode["shim"] for by_mode in table.values() if "shim" in by_mode]
+    if args.failures and shim:
+        log("")
+        log("shim failures, grouped by message and last frame (most frequent first):")
+        for (message, frame), tests in grouped(shim):
+            log(f"{len(tests):4}  {message}\n      {frame}\n      e.g. {tests[0]}")
     return 0
+
+
+def grouped(outcomes: list[Outcome]) -> list[tuple[tuple[str, str], list[str]]]:
+    """Failures with the same message (task names blanked) and last frame, in one group."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for o in outcomes:
+        for f in o.failures:
+            message = re.sub(
+                r"'[\w.-]+' object",
+                "'<obj>' object",
+                f.message.splitlines()[0][:200] if f.message else "",
+            )
+            frame = re.sub(r"^\S+/(pyrula_compat|pyrula)/", r"\1/", f.last_frame.split(" -> ")[-1])
+            frame = re.sub(r"/tmp/\S+?/checkouts/[^/]+/", "", frame)
+            groups.setdefault((message, frame), []).append(f"{o.project}: {f.test}")
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
 if __name__ == "__main__":

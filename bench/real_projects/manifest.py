@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 MIRRORS = "/work/.mirror"
 
 CELERY_REQUIREMENT = "celery[redis]==5.7.0"
+KOMBU = "kombu==5.7.0"  # the kombu of Celery 5.7
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class Project:
     # pytest plugins that a `celery_only` package registers through its entry point
     # (pytest-celery 0.0.0 registers celery.contrib.pytest): loaded with -p in the shim run.
     shim_pytest_plugins: tuple[str, ...] = ()
+    # Packages Celery brings in that the project imports itself (``from kombu.utils.uuid
+    # import uuid``): installed in the shim run too, as the project would keep them once
+    # Celery is gone. None of them imports Celery (the runner checks ``import celery`` fails).
+    shim_keeps: tuple[str, ...] = ()
     # (file, old, new): exact text replacements made in both runs, for a URL the project
     # hard-codes (its CI has a Redis on localhost:6379; here the server is on a free port).
     substitutions: tuple[tuple[str, str, str], ...] = ()
@@ -72,6 +77,7 @@ PROJECTS: tuple[Project, ...] = (
         shim_pytest_plugins=("pyrula_compat.contrib.pytest",),
         valkey=True,
         env={"CELERY_SINGLETON_TEST_REDIS_URL": "{valkey_url}/0"},
+        shim_keeps=(KOMBU,),
         test=("tests", "-o", "addopts="),  # its addopts are coverage options
     ),
     Project(
@@ -147,6 +153,7 @@ PROJECTS: tuple[Project, ...] = (
         requirements=(PYTEST, "redis>=4"),
         valkey=True,
         substitutions=(("tests/conftest.py", '"redis://"', '"{valkey_url}/0"'),),
+        shim_keeps=(KOMBU,),
         test=("tests",),
     ),
     Project(
@@ -158,6 +165,7 @@ PROJECTS: tuple[Project, ...] = (
         requirements=(PYTEST, "pytest-timeout"),
         celery_only=("pytest-celery==0.0.0",),
         shim_pytest_plugins=("pyrula_compat.contrib.pytest",),
+        shim_keeps=(KOMBU,),
         test=("t", "--timeout=120"),
     ),
     Project(
@@ -184,7 +192,15 @@ PROJECTS: tuple[Project, ...] = (
         commit="191ff138701777838c363772253f73a276c16d68",
         what="TestDriven.io's FastAPI + Celery course app: a worker, Redis, a polling status test",
         workdir="project",
-        requirements=(PYTEST, "fastapi", "httpx", "Jinja2", "aiofiles", "redis>=4"),
+        # the versions of its requirements.txt: newer Starlette changed TemplateResponse
+        requirements=(
+            PYTEST,
+            "fastapi==0.95.0",
+            "httpx==0.23.3",
+            "Jinja2==3.1.2",
+            "aiofiles==23.1.0",
+            "redis>=4",
+        ),
         valkey=True,
         env={"CELERY_BROKER_URL": "{valkey_url}/0", "CELERY_RESULT_BACKEND": "{valkey_url}/0"},
         worker=Worker(app="worker.celery"),
@@ -215,7 +231,13 @@ PROJECTS: tuple[Project, ...] = (
         workdir="project",
         requirements=(PYTEST, "pytest-django", "Django>=4.2,<6", "redis>=4"),
         valkey=True,
-        env={"CELERY_BROKER": "{valkey_url}/0"},
+        # the environment of its docker-compose.yml
+        env={
+            "CELERY_BROKER": "{valkey_url}/0",
+            "DEBUG": "1",
+            "SECRET_KEY": "dbaa1_i7%*3r9-=z-+_mz4r-!qeed@(-a_r(g@k8jo8y3r27%m",
+            "DJANGO_ALLOWED_HOSTS": "localhost 127.0.0.1 [::1] testserver",
+        },
         worker=Worker(app="core"),
         test=("tests",),
     ),

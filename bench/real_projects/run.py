@@ -119,7 +119,7 @@ def requirements(project: Project, mode: str, pyrula: Path) -> list[str]:
     if mode == "celery":
         reqs += [CELERY_REQUIREMENT, *project.celery_only]
     else:
-        reqs += ["-e", str(pyrula)]
+        reqs += [*project.shim_keeps, "-e", str(pyrula)]
     return reqs
 
 

@@ -266,16 +266,20 @@ def last_frame(text: str) -> str:
 
 
 def read_junit(junit: Path, outcome: Outcome) -> None:
-    tree = ET.parse(junit)
-    for case in tree.iter("testcase"):
-        outcome.tests += 1
+    """Count each test once: pytest writes a second ``testcase`` for a test whose teardown
+    errs after its call failed; the test counts as its first failure."""
+    cases: dict[str, list[ET.Element]] = {}
+    for case in ET.parse(junit).iter("testcase"):
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
-        bad = [c for c in case if c.tag in ("failure", "error")]
-        if any(c.tag == "skipped" for c in case) and not bad:
-            outcome.skipped += 1
-            continue
+        cases.setdefault(test, []).extend(case)
+    for test, children in cases.items():
+        outcome.tests += 1
+        bad = [c for c in children if c.tag in ("failure", "error")]
         if not bad:
-            outcome.passed += 1
+            if any(c.tag == "skipped" for c in children):
+                outcome.skipped += 1
+            else:
+                outcome.passed += 1
             continue
         first = bad[0]
         if first.tag == "failure":

@@ -73,6 +73,8 @@ class Outcome:
     note: str = ""  # why a suite did not run (a venv that could not be made, no report)
     failures: list[Failure] = field(default_factory=list)
     rewrites: dict[str, list[str]] = field(default_factory=dict)
+    # census.py: Celery names the rewritten project imports that pyrula_compat lacks
+    missing_imports: dict[str, list[str]] = field(default_factory=dict)
 
 
 def log(msg: str) -> None:
@@ -297,6 +299,18 @@ def read_junit(junit: Path, outcome: Outcome) -> None:
         )
 
 
+def missing_imports(venv: Path, root: Path) -> dict[str, list[str]]:
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(HERE / "census.py"), str(root)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=True,
+    )
+    found: dict[str, list[str]] = json.loads(proc.stdout)
+    return found
+
+
 def run_one(
     project: Project, mode: str, args: argparse.Namespace, modules: frozenset[str]
 ) -> Outcome:
@@ -319,6 +333,7 @@ def run_one(
         substitute(project, root, values)
         if mode == "shim":
             outcome.rewrites = rewrite.rewrite_tree(root, modules).files
+            outcome.missing_imports = missing_imports(venv, root)
         cwd = root / project.workdir
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
         env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
@@ -416,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
             table.setdefault(project.name, {})[mode] = o
             log(f"  {fmt(o)}  ({time.monotonic() - started:.0f} s)")
             if args.failures and mode == "shim":
+                for name, where in o.missing_imports.items():
+                    log(f"    imports missing {name}: {', '.join(where)}")
                 for f in o.failures:
                     log(textwrap.indent(f"{f.test}\n  {f.message}\n  {f.last_frame}", "    "))
     log("")

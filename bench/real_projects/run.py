@@ -47,7 +47,7 @@ import rewrite  # noqa: E402
 from manifest import CELERY_REQUIREMENT, Project  # noqa: E402
 
 MODES = ("celery", "shim")
-SUITE_TIMEOUT = 1200  # seconds for one suite; the slowest (a tutorial's 10 s task) takes ~1 min
+SUITE_TIMEOUT = 1200  # seconds for one suite; the slowest (celery-batches on Celery) takes ~3 min
 WORKER_READY = {"celery": re.compile(r"ready\."), "shim": re.compile(r"\S")}
 
 

@@ -165,6 +165,9 @@ def served(
     same store."""
     tmp = tmp_path_factory.mktemp(f"compat-{store_kind}")
     url = broker_url(store_kind, tmp, request)
+    # The test process's app is proj's: its shared tasks (proj.tasks.tsum) follow the
+    # current app, which an app another test module made may have become since.
+    proj_app.set_current()
     with proj_workers(url, tmp, proj_app) as workers:
         yield Served(proj_app, workers, workers.start(), tmp, url)
 

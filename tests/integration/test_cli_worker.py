@@ -162,11 +162,15 @@ def journal_names(client: WorkflowClient, run_id: str) -> list[str]:
     return [e.name for e in ask(client, lambda s: s.load_journal(run_id))]
 
 
-def assert_clean_stop(worker: Worker, code: int, client: WorkflowClient) -> None:
+def assert_clean_stop(
+    worker: Worker, code: int, client: WorkflowClient, failed_runs: int = 0
+) -> None:
+    """A clean stop: exit 0, nothing left running, unregistered, and no traceback but
+    the ERROR records of the ``failed_runs`` runs that failed (logged with theirs)."""
     assert code == 0, worker.stderr
     assert runs_in(client, RunStatus.RUNNING) == []
     assert worker.worker_id not in [w.worker_id for w in ask(client, lambda s: s.list_workers())]
-    assert "Traceback" not in worker.stderr
+    assert worker.stderr.count("Traceback") == failed_runs, worker.stderr
     assert "stopped" in worker.stderr
 
 
@@ -186,7 +190,8 @@ def test_worker_serves_runs_then_stops_cleanly_on_signal(
     with pytest.raises(DurableInvocationError, match="from the test"):
         failing.result(timeout=30)
     code = worker.stop(signum)
-    assert_clean_stop(worker, code, client)
+    assert_clean_stop(worker, code, client, failed_runs=1)
+    assert "ValueError: from the test" in worker.stderr  # the failed run, logged with it
     assert f"received {signal.Signals(signum).name}: stopping" in worker.stderr
 
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pyrula.cli import app_loader, prefork, recycle, supervisor
+from pyrula.cli import app_loader, health, prefork, recycle, supervisor
 from pyrula.cli.daemon import Daemon, daemon_options, node_name
 from pyrula.cli.logging_setup import configure_logging, log_format_option, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
@@ -217,6 +217,7 @@ def import_workflow_modules(names: Iterable[str]) -> None:
 @daemon_options
 @recycle.recycle_options
 @prefork.pool_options
+@health.health_options
 @app_loader.celery_worker_flags
 def worker_command(
     modules: tuple[str, ...], store_url: str | None, loglevel: str, log_format: str, **values: Any
@@ -298,26 +299,65 @@ def worker_command(
             purge_targets(loaded.app, set(), set()) if loaded is not None else names
         )
     start: Callable[[Any], Awaitable[None]] | None = loaded.on_start if loaded else None
+    retries = health.startup_retries(values, loaded.app if loaded else None)
+    supervised = child is None and (limits is not None or pool.kind == "prefork")
+    probes = None if child is not None else health_of(values, store, supervised, worker)
     supervisor.record_stop_signal(None)  # set by the stop signal, read by loaded.on_stop
     if child is not None:  # counts runs against the limits, reports to the supervisor
         start = child.attach(worker, limits, start)
     try:
         with daemon.running(node):
-            if child is None and (limits is not None or pool.kind == "prefork"):
+            if supervised:
                 # pool processes (prefork.py), --max-*-per-child (recycle.py)
                 keeper = prefork.RunKeeper(store, options.max_recoveries)
                 on_ready = loaded.on_ready if loaded is not None else None
                 if loaded is not None:  # the app's bootsteps, before any child claims
                     loaded.start_steps()
-                recycle.supervise(limits, on_ready, pool=pool, keeper=keeper)
+                recycle.supervise(
+                    limits,
+                    on_ready,
+                    pool=pool,
+                    keeper=keeper,
+                    health=probes.state if probes else None,
+                )
             else:
-                serving = serve_worker(worker, banner, start, purge, patient=child is not None)
+                serving = serve_worker(
+                    worker,
+                    banner,
+                    start,
+                    purge,
+                    patient=child is not None and retries != 0,
+                    startup_retries=retries,
+                    readiness=probes.state if probes else None,
+                )
                 asyncio.run(serving)
     except PyrulaError as exc:
         raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
     finally:
+        if probes is not None:
+            probes.close()
         if loaded is not None:
             loaded.on_stop()
+
+
+def health_of(
+    values: Mapping[str, Any], store: Any, supervised: bool, worker: WorkflowWorker
+) -> health.HealthServer | None:
+    """``--metrics-port``: the HTTP server of ``/healthz``, ``/readyz`` and ``/metrics``,
+    started (None without the flag, and in a pool process: its supervisor serves the
+    port). A supervisor probes the store on a thread with a store of its own; a single
+    worker process on its event loop (:func:`serve_worker`)."""
+    port = values.get("metrics_port")
+    if port is None:
+        return None
+    address = values.get("metrics_address") or health.DEFAULT_ADDRESS
+    state = health.HealthState(None if supervised else lambda: worker.started_at > 0)
+    server = health.HealthServer(address, int(port), state)
+    if supervised:
+        url = store.url
+        health.probe_in_thread(lambda: open_store(url), state)
+    server.start()
+    return server
 
 
 def pool_of(
@@ -377,9 +417,12 @@ async def serve_worker(
     *,
     schedules_only: bool = False,
     patient: bool = False,
+    startup_retries: int | None = 0,
+    readiness: health.HealthState | None = None,
 ) -> None:
     """Open the store (``patient``: waiting for it with backoff while it cannot be
-    reached, as a pool process does), run ``on_start(store)`` (a Celery app's start-up) and
+    reached, as a pool process does; else ``startup_retries`` times, None: forever),
+    run ``on_start(store)`` (a Celery app's start-up) and
     ``before_run(store)`` (``--purge``), print ``banner``, run ``worker`` (only its
     schedule loop with ``schedules_only``: ``pyrula beat``) with SIGTERM/SIGINT wired to
     a graceful stop, and close the store after."""
@@ -416,6 +459,7 @@ async def serve_worker(
         _hard_exit(EXIT_FORCED)
 
     installed: list[signal.Signals] = []
+    probe: asyncio.Task[None] | None = None
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(stop_signal, on_signal, int(stop_signal))
@@ -423,7 +467,11 @@ async def serve_worker(
         except (NotImplementedError, RuntimeError):  # no add_signal_handler (Windows)
             signal.signal(stop_signal, lambda sig, _frame: on_signal(sig))
     try:
-        await (prefork.open_patiently(worker.store) if patient else worker.store.open())
+        retries = None if patient else startup_retries
+        store = worker.store
+        await (store.open() if retries == 0 else prefork.open_patiently(store, retries))
+        if readiness is not None:  # /readyz: the store answers, this event loop turns
+            probe = asyncio.create_task(health.probe_store(store, readiness), name="pyrula-probe")
         if on_start is not None:
             await on_start(worker.store)
         if before_run is not None:
@@ -431,6 +479,8 @@ async def serve_worker(
         click.echo(banner)
         await (worker.run_schedules() if schedules_only else worker.run())
     finally:
+        if probe is not None:
+            probe.cancel()
         for signum in installed:
             loop.remove_signal_handler(signum)
         await worker.store.close()

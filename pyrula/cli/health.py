@@ -23,7 +23,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -57,6 +57,8 @@ class HealthState:
         self._probed_at: float | None = None
         self._error = "the store was not probed yet"
         self.serving: Callable[[], bool] = serving or (lambda: True)
+        self.sample: Callable[[Store], Awaitable[None]] | None = None
+        """Awaited after each probe the store answered (the queue metrics' sampler)."""
 
     def store_answered(self) -> None:
         with self._lock:
@@ -96,6 +98,11 @@ async def probe_store(store: Store, state: HealthState) -> None:
             state.store_failed(f"{type(exc).__name__}: {exc}")
         else:
             state.store_answered()
+            if state.sample is not None:
+                try:
+                    await asyncio.wait_for(state.sample(store), PROBE_TIMEOUT)
+                except (PyrulaError, TimeoutError, OSError) as exc:
+                    log.debug("queue sample failed: %s", exc)
         await asyncio.sleep(PROBE_INTERVAL)
 
 
@@ -131,6 +138,8 @@ class HealthServer:
                 "choose a free port"
             ) from None
         self._server.daemon_threads = True
+        self.cleanups: list[Callable[[], None]] = []
+        """Called after the server closed."""
         self.address, self.port = self._server.server_address[:2]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="pyrula-health", daemon=True
@@ -144,6 +153,8 @@ class HealthServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        for cleanup in self.cleanups:
+            cleanup()
 
 
 def _handler(state: HealthState, metrics: Metrics | None) -> type[BaseHTTPRequestHandler]:

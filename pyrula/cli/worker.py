@@ -40,6 +40,7 @@ from pyrula.workflows import (
     WorkerOptions,
     WorkflowWorker,
     open_store,
+    telemetry,
 )
 from pyrula.workflows.log_context import LOG_FORMAT_ENV
 from pyrula.workflows.stores import DEFAULT_STORE_URL
@@ -302,6 +303,8 @@ def worker_command(
     retries = health.startup_retries(values, loaded.app if loaded else None)
     supervised = child is None and (limits is not None or pool.kind == "prefork")
     probes = None if child is not None else health_of(values, store, supervised, worker)
+    if child is not None:
+        pool_process_metrics(values)
     supervisor.record_stop_signal(None)  # set by the stop signal, read by loaded.on_stop
     if child is not None:  # counts runs against the limits, reports to the supervisor
         start = child.attach(worker, limits, start)
@@ -352,12 +355,48 @@ def health_of(
         return None
     address = values.get("metrics_address") or health.DEFAULT_ADDRESS
     state = health.HealthState(None if supervised else lambda: worker.started_at > 0)
-    server = health.HealthServer(address, int(port), state)
+    render, cleanup = prometheus_of(state, supervised, worker)
+    server = health.HealthServer(address, int(port), state, render)
+    if cleanup is not None:
+        server.cleanups.append(cleanup)
     if supervised:
         url = store.url
         health.probe_in_thread(lambda: open_store(url), state)
     server.start()
     return server
+
+
+def prometheus_of(
+    state: health.HealthState, supervised: bool, worker: WorkflowWorker
+) -> tuple[health.Metrics | None, Callable[[], None] | None]:
+    """``/metrics`` (None without prometheus_client: the port serves the probes alone)
+    and what to clean up after. A single worker process records its metrics itself; a
+    supervisor sums its pool processes' files (:mod:`pyrula.cli.metrics`)."""
+    from pyrula.cli import metrics
+
+    if not metrics.available():
+        log.warning("--metrics-port: /metrics needs prometheus_client: pip install "
+                    "'pyrula[metrics]'; serving /healthz and /readyz only")  # fmt: skip
+        return None, None
+    sampler = metrics.QueueSampler(worker.registry)
+    state.sample = sampler.sample
+    if supervised:
+        path = metrics.multiprocess_dir()  # before the pool processes start
+        registry = metrics.pool_registry(path, sampler)
+        return lambda: metrics.render(registry), lambda: metrics.remove_multiprocess_dir(path)
+    instrument = metrics.PrometheusMetrics()
+    instrument.registry.register(sampler)
+    telemetry.add(instrument)
+    return lambda: metrics.render(instrument.registry), lambda: telemetry.remove(instrument)
+
+
+def pool_process_metrics(values: Mapping[str, Any]) -> None:
+    """In a pool process of a supervisor serving ``--metrics-port``: record this
+    process's metrics into the supervisor's directory (its environment names it)."""
+    from pyrula.cli import metrics
+
+    if values.get("metrics_port") is not None and os.environ.get(metrics.MULTIPROC_ENV):
+        telemetry.add(metrics.PrometheusMetrics())
 
 
 def pool_of(

@@ -116,8 +116,9 @@ def test_the_prefork_supervisor_sums_its_pool_processes(
     assert sample(text, "pyrula_runs_in_flight", workflow="cli_gate") == 2
     gate.write_text("open")
     until(
-        lambda: sample(get(port, "/metrics")[1], "pyrula_runs_ended_total", workflow="cli_gate")
-        == 4,
+        lambda: (
+            sample(get(port, "/metrics")[1], "pyrula_runs_ended_total", workflow="cli_gate") == 4
+        ),
         "the gated runs ended",
         supervisor,
     )

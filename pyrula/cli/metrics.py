@@ -227,8 +227,10 @@ class QueueSampler:
     """The store's queues, read every :data:`SAMPLE_INTERVAL` (:meth:`sample`), as a
     prometheus_client collector; also ``pyrula_worker_up`` and ``celery_worker_up``."""
 
-    def __init__(self, registry: Registry, hostname: str = "") -> None:
+    def __init__(self, registry: Registry, hostname: str = "", *, worker: bool = True) -> None:
         self.registry = registry
+        self.worker = worker
+        """Whether the ``*_worker_up`` series are ours (not on the dashboard's page)."""
         self.hostname = hostname or socket.gethostname()
         self.depth: dict[str, int] = {}
         self.oldest: dict[str, float] = {}
@@ -256,19 +258,17 @@ class QueueSampler:
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
-        up = GaugeMetricFamily(
-            "pyrula_worker_up", "1 while the worker serves.", labels=["hostname"]
+        if self.worker:
+            for name in ("pyrula_worker_up", "celery_worker_up"):
+                up = GaugeMetricFamily(name, "1 while the worker serves.", labels=["hostname"])
+                up.add_metric([self.hostname], 1.0)
+                yield up
+        depth = GaugeMetricFamily(
+            "pyrula_queue_depth", "Runs due and waiting for a claim.", labels=["queue", "priority"]
         )
-        up.add_metric([self.hostname], 1.0)
-        yield up
-        celery_up = GaugeMetricFamily("celery_worker_up", "1 while the worker serves.",
-                                      labels=["hostname"])  # fmt: skip
-        celery_up.add_metric([self.hostname], 1.0)
-        yield celery_up
-        depth = GaugeMetricFamily("pyrula_queue_depth", "Runs due and waiting for a claim.",
-                                  labels=["queue", "priority"])  # fmt: skip
-        length = GaugeMetricFamily("celery_queue_length", "Tasks waiting in the queue.",
-                                   labels=["queue_name"])  # fmt: skip
+        length = GaugeMetricFamily(
+            "celery_queue_length", "Tasks waiting in the queue.", labels=["queue_name"]
+        )
         oldest = GaugeMetricFamily(
             "pyrula_oldest_queued_age_seconds", "How long the oldest due run has waited.",
             labels=["queue"],
@@ -287,6 +287,28 @@ def render(registry: CollectorRegistry) -> tuple[bytes, str]:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class DashboardMetrics:
+    """The dashboard's ``/metrics``: the queues of its store (sampled at most every
+    :data:`SAMPLE_INTERVAL`), and whatever instruments this process installed
+    (``pyrula dev``'s worker)."""
+
+    def __init__(self, store: Store, registry: Registry) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.store = store
+        self.sampler = QueueSampler(registry, worker=False)
+        self.registry = CollectorRegistry()
+        self.registry.register(self.sampler)
+
+    async def render(self) -> tuple[bytes, str]:
+        await self.sampler.sample(self.store)
+        body, content_type = render(self.registry)
+        for instrument in telemetry.installed():
+            if isinstance(instrument, PrometheusMetrics):
+                body += render(instrument.registry)[0]
+        return body, content_type
 
 
 def multiprocess_dir() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from pyrula.workflows import SqliteStore
 from pyrula.workflows.errors import DurableInvocationError
 from pyrula.workflows.sync import WorkflowClient
 from tests.fixtures import cli_workflows
+from tests.integration.dashboard_processes import Processes
 from tests.integration.test_cli_worker import FAST, Workers, workers  # noqa: F401
 from tests.integration.test_worker_health import free_port, get, until
 
@@ -124,3 +126,20 @@ def test_the_prefork_supervisor_sums_its_pool_processes(
     )
     assert sample(get(port, "/metrics")[1], "pyrula_runs_in_flight") == 0
     assert supervisor.stop() == 0
+
+
+def test_the_dashboards_metrics_show_its_stores_queues(
+    tmp_path: Path, client: WorkflowClient
+) -> None:
+    processes = Processes(tmp_path)
+    try:
+        site = processes.dashboard(f"sqlite:///{tmp_path / 'pyrula.db'}")
+        for i in range(3):  # no worker serves: they wait in their queue
+            client.submit("cli_add", {"a": i, "b": 1})
+        reply = site.get("/metrics")
+        assert reply.status == 200 and reply.content_type.startswith("text/plain")
+        assert sample(reply.body, "pyrula_queue_depth", queue="cli_add", priority="0") == 3
+        assert sample(reply.body, "celery_queue_length", queue_name="cli_add") == 3
+        assert "pyrula_worker_up" not in reply.body  # a dashboard is no worker
+    finally:
+        processes.stop_all()

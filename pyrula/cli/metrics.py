@@ -29,7 +29,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyrula.workflows import telemetry
@@ -77,17 +77,21 @@ def require() -> None:
 
 
 class PrometheusMetrics(telemetry.Instrument):
-    """The worker's metrics, in ``registry`` (a new one by default). In a process with
-    ``PROMETHEUS_MULTIPROC_DIR`` set (a pool process) the samples go to its files."""
+    """The worker's metrics. They are recorded in a registry of their own (in a process
+    with ``PROMETHEUS_MULTIPROC_DIR`` set, a pool process, into its files) and exposed in
+    ``registry``, celery-exporter's names derived from them at each scrape
+    (:class:`WithCeleryNames`): a run costs each sample once."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, hostname: str = "") -> None:
+    def __init__(self, hostname: str = "") -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-        self.registry = registry if registry is not None else CollectorRegistry()
         self.hostname = hostname or socket.gethostname()
+        self.recorded = r = CollectorRegistry()
+        self.registry = CollectorRegistry()
+        """What ``/metrics`` shows: the recorded series and their celery-exporter names."""
+        self.registry.register(WithCeleryNames(r.collect, self.hostname))
         wq = ("workflow", "queue")
         celery = ("name", "hostname", "queue_name")
-        r = self.registry
 
         def counter(name: str, text: str, labels: tuple[str, ...] = ()) -> Any:
             return Counter(name, text, labels, registry=r)
@@ -116,33 +120,21 @@ class PrometheusMetrics(telemetry.Instrument):
         self.dead = counter("pyrula_dead_lettered", "Runs dead-lettered by recovery.")
         self.fires = counter("pyrula_schedule_fires", "Runs fired by schedules.", ("workflow",))
         self.sent = counter("celery_task_sent", "Tasks sent (submitted) here.", celery)
-        self.received = counter("celery_task_received", "Tasks received (claimed).", celery)
-        self.task_started = counter("celery_task_started", "Tasks started.", celery)
-        self.succeeded = counter("celery_task_succeeded", "Tasks succeeded.", celery)
-        self.failed = counter("celery_task_failed", "Tasks failed.", celery)
         self.retried = counter("celery_task_retried", "Tasks retried.", celery)
-        self.runtime = Histogram(
-            "celery_task_runtime", "Task runtime, seconds.", celery, registry=r, buckets=BUCKETS
-        )
-        self.active = Gauge(
-            "celery_worker_tasks_active", "Tasks executing now.", ("hostname",), registry=r,
-            multiprocess_mode="livesum",
-        )  # fmt: skip
-        self._active = self.active.labels(self.hostname)
         self._children: dict[tuple[str, ...], tuple[Any, ...]] = {}
         self._queues: dict[str, str] = {}
+        self._labelled: dict[tuple[Any, ...], Any] = {}
+        """Labelled series by (metric, labels...): ``labels()`` costs more than a sample."""
 
     def _run_series(self, workflow: str, queue: str) -> tuple[Any, ...]:
         """The labelled children of a workflow's series, made once."""
         key = (workflow, queue)
         series = self._children.get(key)
         if series is None:
-            c = (workflow, self.hostname, queue)
             series = (
                 self.started.labels(*key), self.duration.labels(*key),
                 self.in_flight.labels(*key), self.claim_latency.labels(*key),
-                self.received.labels(*c), self.task_started.labels(*c), self.runtime.labels(*c),
-                self.succeeded.labels(*c), self.failed.labels(*c), self.retried.labels(*c),
+                self.retried.labels(workflow, self.hostname, queue),
             )  # fmt: skip
             self._children[key] = series
         return series
@@ -150,43 +142,35 @@ class PrometheusMetrics(telemetry.Instrument):
     # -- Instrument ----------------------------------------------------------------------
     def submitting(self, new: NewRun) -> NewRun:
         queue = telemetry.queue_of(new.workflow)
-        self.sent.labels(new.workflow, self.hostname, queue).inc()
+        self._series(self.sent, new.workflow, self.hostname, queue).inc()
         return new
 
     def run_started(self, lease: Lease, queue: str) -> Any:
         run = lease.run
-        started, _, in_flight, latency, received, task_started, *_ = self._run_series(
-            run.workflow, queue
-        )
-        now = time.time()
+        started, _, in_flight, latency, _ = self._run_series(run.workflow, queue)
         started.inc()
-        received.inc()
-        task_started.inc()
         in_flight.inc()
-        self._active.inc()
-        latency.observe(max(0.0, now - run.available_at))
+        latency.observe(max(0.0, time.time() - run.available_at))
         return time.perf_counter()
 
     def run_ended(self, scope: Any, lease: Lease, queue: str, end: str) -> None:
-        workflow = lease.run.workflow
-        _, duration, in_flight, _, _, _, runtime, succeeded, failed, retried = self._run_series(
-            workflow, queue
-        )
         elapsed = time.perf_counter() - scope
+        workflow = lease.run.workflow
+        _, duration, in_flight, _, retried = self._run_series(workflow, queue)
         in_flight.dec()
-        self._active.dec()
         duration.observe(elapsed)
-        runtime.observe(elapsed)
-        self.ended.labels(workflow, queue, end).inc()
-        if end == RunStatus.COMPLETED.value:
-            succeeded.inc()
-        elif end == RunStatus.FAILED.value:
-            failed.inc()
-        elif end == "suspended" and queue == telemetry.CELERY_QUEUE:
+        self._series(self.ended, workflow, queue, end).inc()
+        if end == "suspended" and queue == telemetry.CELERY_QUEUE:
             retried.inc()  # a Celery task suspends only to wait for its retry
 
     def step_started(self, execution: RunExecution, name: str, attempt: int) -> Any:
         return time.perf_counter()
+
+    def _series(self, metric: Any, *labels: str) -> Any:
+        series = self._labelled.get((metric, *labels))
+        if series is None:
+            series = self._labelled[(metric, *labels)] = metric.labels(*labels)
+        return series
 
     def _queue(self, execution: RunExecution) -> str:
         queue = self._queues.get(execution.workflow)
@@ -197,17 +181,19 @@ class PrometheusMetrics(telemetry.Instrument):
         return queue
 
     def step_ended(self, scope: Any, execution: RunExecution, name: str, error: Any) -> None:
-        queue = self._queue(execution)
-        self.step_duration.labels(execution.workflow, queue, name).observe(
-            time.perf_counter() - scope
-        )
+        elapsed = time.perf_counter() - scope
+        series = self._labelled.get((self.step_duration, execution.workflow, name))
+        if series is None:
+            series = self.step_duration.labels(execution.workflow, self._queue(execution), name)
+            self._labelled[(self.step_duration, execution.workflow, name)] = series
+        series.observe(elapsed)
 
     def step_retrying(self, execution: RunExecution, name: str, attempt: int) -> None:
         workflow = execution.workflow
         queue = self._queue(execution)
         self.step_retries.labels(workflow, queue, name).inc()
         if queue != telemetry.CELERY_QUEUE:
-            self.retried.labels(workflow, self.hostname, queue).inc()
+            self._series(self.retried, workflow, self.hostname, queue).inc()
 
     def recovered(self, report: RecoveryReport) -> None:
         self.recoveries.inc(len(report.requeued))
@@ -215,6 +201,81 @@ class PrometheusMetrics(telemetry.Instrument):
 
     def schedule_fired(self, workflow: str) -> None:
         self.fires.labels(workflow).inc()
+
+
+DERIVED_COUNTERS = {
+    "pyrula_runs_started": (("celery_task_received", "Tasks received (claimed)."),
+                            ("celery_task_started", "Tasks started.")),
+}  # fmt: skip
+DERIVED_ENDS = {"completed": ("celery_task_succeeded", "Tasks succeeded."),
+                "failed": ("celery_task_failed", "Tasks failed.")}  # fmt: skip
+
+
+class WithCeleryNames:
+    """A collector: the families ``source()`` gives, and celery-exporter's series made
+    from them (``celery_task_received``/``started`` from ``pyrula_runs_started``,
+    ``succeeded``/``failed`` from ``pyrula_runs_ended``, ``celery_task_runtime`` from
+    ``pyrula_run_duration_seconds``, ``celery_worker_tasks_active`` from
+    ``pyrula_runs_in_flight``), labelled ``name``, ``hostname``, ``queue_name``."""
+
+    def __init__(self, source: Callable[[], Iterable[Metric]], hostname: str) -> None:
+        self.source = source
+        self.hostname = hostname
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        labels = ["name", "hostname", "queue_name"]
+        derived: dict[str, Any] = {}
+
+        def family(kind: Any, name: str, text: str, names: list[str] = labels) -> Any:
+            if name not in derived:
+                derived[name] = kind(name, text, labels=names)
+            return derived[name]
+
+        for metric in self.source():
+            yield metric
+            totals = [s for s in metric.samples if s.name == metric.name + "_total"]
+            for name, text in DERIVED_COUNTERS.get(metric.name, ()):
+                out = family(CounterMetricFamily, name, text)
+                for sample in totals:
+                    out.add_metric(self._labels(sample.labels), sample.value)
+            if metric.name == "pyrula_runs_ended":
+                for status, (name, text) in DERIVED_ENDS.items():
+                    out = family(CounterMetricFamily, name, text)
+                    for sample in totals:
+                        if sample.labels.get("status") == status:
+                            out.add_metric(self._labels(sample.labels), sample.value)
+            elif metric.name == "pyrula_run_duration_seconds":
+                out = family(HistogramMetricFamily, "celery_task_runtime", "Task runtime, seconds.")
+                for key, (buckets, total) in _histograms(metric).items():
+                    out.add_metric([key[0], self.hostname, key[1]], buckets, total)
+            elif metric.name == "pyrula_runs_in_flight":
+                out = family(GaugeMetricFamily, "celery_worker_tasks_active",
+                             "Tasks executing now.", ["hostname"])  # fmt: skip
+                out.add_metric([self.hostname], sum(s.value for s in metric.samples))
+        yield from derived.values()
+
+    def _labels(self, labels: dict[str, str]) -> list[str]:
+        return [labels.get("workflow", ""), self.hostname, labels.get("queue", "")]
+
+
+def _histograms(metric: Metric) -> dict[tuple[str, str], tuple[list[tuple[str, float]], float]]:
+    """A histogram family's buckets and sum per (workflow, queue)."""
+    found: dict[tuple[str, str], tuple[list[tuple[str, float]], float]] = {}
+    for sample in metric.samples:
+        key = (sample.labels.get("workflow", ""), sample.labels.get("queue", ""))
+        buckets, total = found.get(key, ([], 0.0))
+        if sample.name.endswith("_bucket"):
+            buckets.append((sample.labels["le"], sample.value))
+        elif sample.name.endswith("_sum"):
+            total = sample.value
+        found[key] = (buckets, total)
+    return found
 
 
 def queue_in(registry: Registry, workflow: str) -> str:
@@ -357,6 +418,7 @@ def pool_registry(path: str, sampler: QueueSampler) -> CollectorRegistry:
 
     registry = CollectorRegistry()
     registry.register(_LiveFiles(path))
-    multiprocess.MultiProcessCollector(registry, path)  # type: ignore[no-untyped-call]
+    files = multiprocess.MultiProcessCollector(None, path)  # type: ignore[no-untyped-call]
+    registry.register(WithCeleryNames(files.collect, sampler.hostname))
     registry.register(sampler)
     return registry

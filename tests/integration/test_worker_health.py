@@ -140,3 +140,15 @@ def test_a_prefork_supervisor_serves_the_probes_for_its_pool(
     server.start()
     until(lambda: get(port, "/readyz")[0] == 200, "ready again", supervisor)
     assert supervisor.stop() == 0
+
+
+def test_a_metrics_port_in_use_is_a_usage_error(workers: Workers) -> None:  # noqa: F811
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = workers.start(
+            "--workflow", MODULE, "--store", workers.url, "--metrics-port", str(port), wait=False
+        )  # fmt: skip
+        assert worker.proc.wait(T) == 2
+    assert f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}" in worker.stderr

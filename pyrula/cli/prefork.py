@@ -153,16 +153,23 @@ def parse_autoscale(text: str) -> tuple[int, int]:
     return most, fewest
 
 
-async def open_patiently(store: Store) -> None:
+async def open_patiently(store: Store, retries: int | None = None) -> None:
     """Open ``store``, waiting for it with backoff (0.5 s doubling to 30 s) while it
-    cannot be reached: a pool process that starts while its store restarts waits."""
+    cannot be reached, logging each attempt: a pool process that starts while its store
+    restarts waits. ``retries``: how many more attempts after the first (None: forever);
+    past them the last error is raised."""
     delay = STORE_WAIT_FIRST
+    attempt = 0
     while True:
+        attempt += 1
         try:
             await store.open()
             return
         except PyrulaError as exc:
-            log.warning("store unreachable (%s); trying again in %.1fs", exc, delay)
+            if retries is not None and attempt > retries:
+                raise
+            of = "" if retries is None else f" of {retries}"
+            log.warning("store unreachable (%s); retry %d%s in %.1fs", exc, attempt, of, delay)
         await asyncio.sleep(delay)
         delay = min(delay * 2, STORE_WAIT_MAX)
 

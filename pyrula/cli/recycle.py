@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import click
 
+from pyrula.cli.health import HealthState
 from pyrula.cli.prefork import Pool, PoolChild, RunKeeper
 from pyrula.cli.render import CliUsageError, mask_url
 from pyrula.cli.supervisor import CHILD_ENV, READY, RECYCLING, PoolSize, Supervisor
@@ -259,6 +260,7 @@ def supervise(
     *,
     pool: Pool | None = None,
     keeper: RunKeeper | None = None,
+    health: HealthState | None = None,
 ) -> None:
     """Serve through worker children until stopped (see the module docstring, and
     :mod:`pyrula.cli.prefork` for a prefork ``pool``); return on a clean stop, else raise
@@ -285,6 +287,10 @@ def supervise(
         size=size,
         keeper=keeper,
     )
+    if health is not None:  # /readyz: a worker process serves
+        health.serving = lambda: any(
+            c.ready_at is not None and not c.recycling for c in list(supervisor.children.values())
+        )
     code = supervisor.run()
     log.info("supervisor %d stopped", os.getpid())
     if code:

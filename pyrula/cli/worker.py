@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pyrula.cli import app_loader, prefork, recycle, supervisor
+from pyrula.cli import app_loader, health, prefork, recycle, supervisor
 from pyrula.cli.daemon import Daemon, daemon_options, node_name
 from pyrula.cli.logging_setup import configure_logging, log_format_option, loglevel_option
 from pyrula.cli.render import CliError, CliUsageError, mask_url
@@ -40,6 +40,7 @@ from pyrula.workflows import (
     WorkerOptions,
     WorkflowWorker,
     open_store,
+    telemetry,
 )
 from pyrula.workflows.log_context import LOG_FORMAT_ENV
 from pyrula.workflows.stores import DEFAULT_STORE_URL
@@ -217,6 +218,7 @@ def import_workflow_modules(names: Iterable[str]) -> None:
 @daemon_options
 @recycle.recycle_options
 @prefork.pool_options
+@health.health_options
 @app_loader.celery_worker_flags
 def worker_command(
     modules: tuple[str, ...], store_url: str | None, loglevel: str, log_format: str, **values: Any
@@ -298,26 +300,103 @@ def worker_command(
             purge_targets(loaded.app, set(), set()) if loaded is not None else names
         )
     start: Callable[[Any], Awaitable[None]] | None = loaded.on_start if loaded else None
+    retries = health.startup_retries(values, loaded.app if loaded else None)
+    supervised = child is None and (limits is not None or pool.kind == "prefork")
+    probes = None if child is not None else health_of(values, store, supervised, worker)
+    if child is not None:
+        pool_process_metrics(values)
     supervisor.record_stop_signal(None)  # set by the stop signal, read by loaded.on_stop
     if child is not None:  # counts runs against the limits, reports to the supervisor
         start = child.attach(worker, limits, start)
     try:
         with daemon.running(node):
-            if child is None and (limits is not None or pool.kind == "prefork"):
+            if supervised:
                 # pool processes (prefork.py), --max-*-per-child (recycle.py)
                 keeper = prefork.RunKeeper(store, options.max_recoveries)
                 on_ready = loaded.on_ready if loaded is not None else None
                 if loaded is not None:  # the app's bootsteps, before any child claims
                     loaded.start_steps()
-                recycle.supervise(limits, on_ready, pool=pool, keeper=keeper)
+                recycle.supervise(
+                    limits,
+                    on_ready,
+                    pool=pool,
+                    keeper=keeper,
+                    health=probes.state if probes else None,
+                )
             else:
-                serving = serve_worker(worker, banner, start, purge, patient=child is not None)
+                serving = serve_worker(
+                    worker,
+                    banner,
+                    start,
+                    purge,
+                    patient=child is not None and retries != 0,
+                    startup_retries=retries,
+                    readiness=probes.state if probes else None,
+                )
                 asyncio.run(serving)
     except PyrulaError as exc:
         raise CliError(f"worker {worker.worker_id} failed: {exc}") from None
     finally:
+        if probes is not None:
+            probes.close()
         if loaded is not None:
             loaded.on_stop()
+
+
+def health_of(
+    values: Mapping[str, Any], store: Any, supervised: bool, worker: WorkflowWorker
+) -> health.HealthServer | None:
+    """``--metrics-port``: the HTTP server of ``/healthz``, ``/readyz`` and ``/metrics``,
+    started (None without the flag, and in a pool process: its supervisor serves the
+    port). A supervisor probes the store on a thread with a store of its own; a single
+    worker process on its event loop (:func:`serve_worker`)."""
+    port = values.get("metrics_port")
+    if port is None:
+        return None
+    address = values.get("metrics_address") or health.DEFAULT_ADDRESS
+    state = health.HealthState(None if supervised else lambda: worker.started_at > 0)
+    render, cleanup = prometheus_of(state, supervised, worker)
+    server = health.HealthServer(address, int(port), state, render)
+    if cleanup is not None:
+        server.cleanups.append(cleanup)
+    if supervised:
+        url = store.url
+        health.probe_in_thread(lambda: open_store(url), state)
+    server.start()
+    return server
+
+
+def prometheus_of(
+    state: health.HealthState, supervised: bool, worker: WorkflowWorker
+) -> tuple[health.Metrics | None, Callable[[], None] | None]:
+    """``/metrics`` (None without prometheus_client: the port serves the probes alone)
+    and what to clean up after. A single worker process records its metrics itself; a
+    supervisor sums its pool processes' files (:mod:`pyrula.cli.metrics`)."""
+    from pyrula.cli import metrics
+
+    if not metrics.available():
+        log.warning("--metrics-port: /metrics needs prometheus_client: pip install "
+                    "'pyrula[metrics]'; serving /healthz and /readyz only")  # fmt: skip
+        return None, None
+    sampler = metrics.QueueSampler(worker.registry)
+    state.sample = sampler.sample
+    if supervised:
+        path = metrics.multiprocess_dir()  # before the pool processes start
+        registry = metrics.pool_registry(path, sampler)
+        return lambda: metrics.render(registry), lambda: metrics.remove_multiprocess_dir(path)
+    instrument = metrics.PrometheusMetrics()
+    instrument.registry.register(sampler)
+    telemetry.add(instrument)
+    return lambda: metrics.render(instrument.registry), lambda: telemetry.remove(instrument)
+
+
+def pool_process_metrics(values: Mapping[str, Any]) -> None:
+    """In a pool process of a supervisor serving ``--metrics-port``: record this
+    process's metrics into the supervisor's directory (its environment names it)."""
+    from pyrula.cli import metrics
+
+    if values.get("metrics_port") is not None and os.environ.get(metrics.MULTIPROC_ENV):
+        telemetry.add(metrics.PrometheusMetrics())
 
 
 def pool_of(
@@ -377,9 +456,12 @@ async def serve_worker(
     *,
     schedules_only: bool = False,
     patient: bool = False,
+    startup_retries: int | None = 0,
+    readiness: health.HealthState | None = None,
 ) -> None:
     """Open the store (``patient``: waiting for it with backoff while it cannot be
-    reached, as a pool process does), run ``on_start(store)`` (a Celery app's start-up) and
+    reached, as a pool process does; else ``startup_retries`` times, None: forever),
+    run ``on_start(store)`` (a Celery app's start-up) and
     ``before_run(store)`` (``--purge``), print ``banner``, run ``worker`` (only its
     schedule loop with ``schedules_only``: ``pyrula beat``) with SIGTERM/SIGINT wired to
     a graceful stop, and close the store after."""
@@ -416,6 +498,7 @@ async def serve_worker(
         _hard_exit(EXIT_FORCED)
 
     installed: list[signal.Signals] = []
+    probe: asyncio.Task[None] | None = None
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(stop_signal, on_signal, int(stop_signal))
@@ -423,7 +506,11 @@ async def serve_worker(
         except (NotImplementedError, RuntimeError):  # no add_signal_handler (Windows)
             signal.signal(stop_signal, lambda sig, _frame: on_signal(sig))
     try:
-        await (prefork.open_patiently(worker.store) if patient else worker.store.open())
+        retries = None if patient else startup_retries
+        store = worker.store
+        await (store.open() if retries == 0 else prefork.open_patiently(store, retries))
+        if readiness is not None:  # /readyz: the store answers, this event loop turns
+            probe = asyncio.create_task(health.probe_store(store, readiness), name="pyrula-probe")
         if on_start is not None:
             await on_start(worker.store)
         if before_run is not None:
@@ -431,6 +518,8 @@ async def serve_worker(
         click.echo(banner)
         await (worker.run_schedules() if schedules_only else worker.run())
     finally:
+        if probe is not None:
+            probe.cancel()
         for signum in installed:
             loop.remove_signal_handler(signum)
         await worker.store.close()

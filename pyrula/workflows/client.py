@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from pyrula.workflows import purging
+from pyrula.workflows import purging, telemetry
 from pyrula.workflows.engine.rerun import retry_run
 from pyrula.workflows.errors import (
     ConfigurationError,
@@ -276,7 +276,7 @@ class WorkflowClient:
         ):
             if isinstance(value, str):
                 storable_text(value, what)
-        return NewRun(
+        new = NewRun(
             run_id=run_id or uuid.uuid4().hex,
             workflow=name,
             params=text,
@@ -288,6 +288,7 @@ class WorkflowClient:
             expires_at=None if expires_at is None else epoch(expires_at, "expires_at"),
             generated_id=run_id is None or fresh_id,
         )
+        return new if telemetry.current is None else telemetry.current.submitting(new)
 
     def _check_params(self, definition: WorkflowDefinition, params: Mapping[str, Any]) -> None:
         """``definition.check_params``, once per set of names: params are bound as

@@ -13,6 +13,7 @@ import socket
 import uuid
 from typing import TYPE_CHECKING
 
+from pyrula.workflows import telemetry
 from pyrula.workflows.errors import IdempotencyConflict, InvalidSchedule, StoreError
 from pyrula.workflows.faults import fault_point
 from pyrula.workflows.inspection import forget_dead_workers
@@ -127,6 +128,8 @@ async def orphan_loop(worker: WorkflowWorker) -> None:
     while True:
         try:
             report = await worker.store.recover_expired(worker.options.max_recoveries, limit=1000)
+            if telemetry.current is not None and (report.requeued or report.dead):
+                telemetry.current.recovered(report)
             if report.requeued:
                 log.warning(
                     "requeued %d runs whose worker stopped renewing: %s",
@@ -419,6 +422,8 @@ async def fire(worker: WorkflowWorker, record: ScheduleRecord) -> None:
         return
     if created is not None:
         log.info("schedule %s fired slot %.0f as run %s", record.schedule_id, slot, created.run_id)
+        if telemetry.current is not None:
+            telemetry.current.schedule_fired(record.workflow)
 
 
 async def _skip_slot(store: Store, record: ScheduleRecord, slot: float, following: float) -> bool:

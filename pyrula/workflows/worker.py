@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pyrula.workflows import log_context, loops
+from pyrula.workflows import log_context, loops, telemetry
 from pyrula.workflows.claiming import ClaimLoop, StoreClock, claimed_at
 from pyrula.workflows.client import WorkflowClient
 from pyrula.workflows.engine.control import being_cancelled
@@ -350,6 +350,23 @@ class WorkflowWorker:
 
     async def _execute(self, definition: WorkflowDefinition, active: _Active) -> None:
         lease = active.lease
+        instrument = telemetry.current
+        if instrument is None:
+            await self._execute_run(definition, active)
+            return
+        queue = telemetry.queue_of(definition.name, definition.fn)
+        scope = instrument.run_started(lease, queue)
+        end = RunEnd.LOST
+        try:
+            end = await self._execute_run(definition, active)
+        finally:
+            instrument.run_ended(scope, lease, queue, end.value)
+
+    async def _execute_run(self, definition: WorkflowDefinition, active: _Active) -> RunEnd:
+        """Execute ``active``'s run; how it ended here (LOST for anything but an end or
+        a suspension the engine recorded)."""
+        lease = active.lease
+        end = RunEnd.LOST
         try:
             fault_point("after_claim")
             if self._claimer is not None:
@@ -389,6 +406,7 @@ class WorkflowWorker:
             )
         finally:
             self._forget(active)
+        return end
 
     async def _release(self, lease: Lease, execution: RunExecution | None) -> None:
         try:

@@ -87,6 +87,7 @@ class Dashboard:
         self._job_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cache = queries.CostCache()
+        self._prometheus: Any = None
 
     # -- connections -----------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -136,6 +137,8 @@ class Dashboard:
             if request.method in ("GET", "HEAD"):
                 if path == "/static/app.js":
                     return _static("app.js", "text/javascript; charset=utf-8")
+                if path == "/metrics":  # Prometheus: the store's queues (pyrula.cli.metrics)
+                    return await self._metrics()
                 if as_json:
                     return self._json(await self._api_get(path.removeprefix("/api"), request))
                 view = await self.view(path, request.query)
@@ -162,6 +165,16 @@ class Dashboard:
             log.exception("dashboard request %s failed", path)
             message = f"{type(exc).__name__}: {exc}"
             return self._error(HTTPStatus.INTERNAL_SERVER_ERROR, message, as_json)
+
+    async def _metrics(self) -> Response:
+        from pyrula.cli import metrics
+
+        if not metrics.available():
+            raise HttpError(HTTPStatus.NOT_FOUND, "metrics need pip install 'pyrula[metrics]'")
+        if self._prometheus is None:
+            self._prometheus = metrics.DashboardMetrics(self.store, self.registry)
+        body, content_type = await self._prometheus.render()
+        return Response(HTTPStatus.OK, content_type, body)
 
     async def view(self, path: str, query: dict[str, list[str]]) -> View:
         """The page at ``path``; 404 when there is none (an unknown run among them)."""

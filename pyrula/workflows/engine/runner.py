@@ -25,6 +25,7 @@ from pyrula.workflows.records import JournalEntry, Lease, Outcome, RunStatus, Wa
 from pyrula.workflows.registry import WorkflowDefinition
 from pyrula.workflows.serialization import ErrorInfo, decode, encode
 from pyrula.workflows.stores.base import Store
+from pyrula.workflows.telemetry import TRACE_PARAM
 
 log = logging.getLogger("pyrula.workflows.engine")
 
@@ -129,6 +130,7 @@ async def _run_workflow(
     token = bind_context(ctx)
     try:
         params = decode(execution.params_text)
+        params.pop(TRACE_PARAM, None)  # the submit's trace context (telemetry.py)
         try:
             running = definition.fn(ctx, **params)
         except TypeError:  # raised by the call itself: no workflow code ran yet

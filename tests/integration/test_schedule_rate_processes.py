@@ -136,13 +136,16 @@ async def test_three_workers_fire_each_slot_of_a_one_second_interval_exactly_onc
     created = store.schedule_create(schedule)
     await asyncio.sleep(20.5)
     store.schedule_update(schedule.schedule_id, enabled=False)
+    disabled_at = await store.now()  # no slot after it can have fired
     await asyncio.sleep(0.5)  # let a fire in flight land
 
     runs = await store.list_runs(workflow=wf.TICK, limit=1000)
     prefix = f"schedule:{schedule.schedule_id}:"
     slots = sorted(float(r.idempotency_key[len(prefix) :]) for r in runs if r.idempotency_key)
     assert len(slots) == len(runs)
-    assert 19 <= len(slots) <= 21, slots
+    # About 20 slots passed; none fired before its time (the count is not bounded by the
+    # test's sleep, which a loaded machine stretches).
+    assert len(slots) >= 19 and slots[-1] <= disabled_at + 1e-3, (slots, disabled_at)
     assert slots[0] == pytest.approx(created.next_fire_at, abs=1e-3)
     gaps = {round(b - a, 3) for a, b in itertools.pairwise(slots)}
     assert gaps == {1.0}  # no slot skipped, none fired twice

@@ -19,13 +19,14 @@ from pyrula.workflows import WorkflowClient
 from pyrula.workflows.stores.sqlite import SqliteStore
 from tests.fixtures.chaos_workflows import WORKFLOW, expected_result
 
-from .harness import Cluster
+from .harness import Cluster, generous
 
 pytestmark = pytest.mark.slow
 
 LOCK_TTL = 1.0
 STEP = 3.0  # three leases
-GRACE = 8.0
+GRACE = 20.0
+"""Far longer than the step left at SIGTERM: the drain ends with the run, not the grace."""
 
 
 async def test_a_draining_worker_keeps_its_leases_and_finishes_the_run(
@@ -58,7 +59,9 @@ async def test_a_draining_worker_keeps_its_leases_and_finishes_the_run(
     took = time.monotonic() - sent
     print(f"\ndrain: exit {code} {took:.2f}s after SIGTERM (step {STEP}s, lease {LOCK_TTL}s)")
     assert code == 0, cluster.describe(f"the draining worker exited {code}")
-    assert took < GRACE, "the worker waited out its whole grace: the run never finished"
+    # The guarantee: the drain ends once the run's step (at most STEP) is done, not when
+    # the grace runs out (generous for a loaded machine, and still well within it).
+    assert took < generous(STEP) < GRACE, "the worker waited out its grace, not its run"
     assert await handle.result(timeout=5) == expected_result(4)
 
     record = await handle.record()

@@ -32,7 +32,9 @@ from .nemesis import opened_store
 
 pytestmark = pytest.mark.slow
 
-STEP = 2.5  # the successor claims ~lock_ttl + one scan after the pause, then runs this
+STEP = 6.0
+"""The successor claims ~lock_ttl + one scan after the pause, then runs this long: the
+zombie must resume while that step still runs, which leaves a loaded machine ~4 s."""
 PAUSE = LOCK_TTL + 1.5
 
 

@@ -30,6 +30,27 @@ def _process_shutdown(**_kwargs):
         _append(path, "worker_process_shutdown")
 
 
+def _count(path, what):
+    with open(path) as handle:
+        return sum(line.split(" ", 1)[1] == f"{what}\n" for line in handle)
+
+
+@app.task(name="proj_pool.meet")
+def meet(path, parties, timeout=30.0):
+    """Say it started, then wait until ``parties`` tasks did (running at the same time,
+    they meet at once; run one after the other, the first gives up after ``timeout`` and
+    says so); say it ended; returns this process's pid."""
+    _append(path, "start")
+    deadline = time.monotonic() + timeout
+    while _count(path, "start") < parties:
+        if time.monotonic() > deadline:
+            _append(path, "alone")
+            break
+        time.sleep(0.01)
+    _append(path, "end")
+    return os.getpid()
+
+
 @app.task(name="proj_pool.hold")
 def hold(path, seconds):
     """Say it started, sleep ``seconds``, say it ended; returns this process's pid."""

@@ -79,11 +79,12 @@ def test_two_pool_processes_run_two_tasks_at_once(workers: Workers, tmp_path: Pa
     signals = tmp_path / "signals"
     supervisor = workers.start(*POOL, app="proj_pool", env={"POOL_SIGNALS": str(signals)})
     path = tmp_path / "hold"
-    results = [p.hold.delay(str(path), 1.0) for _ in range(2)]
-    pids = {r.get(timeout=T) for r in results}
+    # Each task waits for the other to start: they meet only if they run at once.
+    results = [p.meet.delay(str(path), 2) for _ in range(2)]
+    pids = {r.get(timeout=2 * T) for r in results}
     assert len(pids) == 2 and supervisor.proc.pid not in pids
     events = [what for _, what in started(path)]
-    assert events[:2] == ["start", "start"], events  # both began before either ended
+    assert events[:2] == ["start", "start"] and "alone" not in events, events
     inits = {pid for pid, what in started(signals) if what == "worker_process_init"}
     assert pids <= inits  # worker_process_init fired in each pool process
     assert "2 pool processes" in supervisor.stdout
@@ -98,7 +99,7 @@ def test_a_sigkilled_pool_process_hands_its_run_back_at_once(
     import proj_pool as p
 
     # A long lease and a rare orphan scan: only the supervisor can requeue it quickly.
-    workers.start(*POOL, "--lock-ttl", "30", "--orphan-scan-interval", "60", app="proj_pool")
+    workers.start(*POOL, "--lock-ttl", "120", "--orphan-scan-interval", "300", app="proj_pool")
     path = tmp_path / "hold"
     result = p.hold.delay(str(path), 1.0)
     wait_until(lambda: started(path), T, "the task to start")
@@ -106,7 +107,9 @@ def test_a_sigkilled_pool_process_hands_its_run_back_at_once(
     os.kill(victim, signal.SIGKILL)
     killed = time.monotonic()
     wait_until(lambda: len(started(path)) >= 2, T, "the task to start again")
-    assert time.monotonic() - killed < 10  # its 30 s lease did not have to lapse
+    # Handed back by the supervisor: its 120 s lease did not have to lapse (generous for
+    # a loaded machine, which may take seconds to start a pool process).
+    assert time.monotonic() - killed < 25
     assert result.get(timeout=T) != victim
     assert [what for _, what in started(path)] == ["start", "start", "end"]  # once
     record = run_record(workers.broker, result.id)
@@ -120,15 +123,15 @@ def test_a_hard_time_limit_kills_the_pool_process_and_fails_the_task(
 
     workers.start(*POOL, app="proj_pool")
     path = tmp_path / "stuck"
-    begun = time.monotonic()
     result = p.stuck.delay(str(path))
     with pytest.raises(TimeLimitExceeded):
         result.get(timeout=T)
-    assert time.monotonic() - begun < 5  # 1.5 s limit; the body would block 10 s
     events = started(path)
-    assert [what for _, what in events] == ["start", "soft"]  # killed in its second sleep
     killed = events[0][0]
     assert not alive(killed)
+    # Killed in its second sleep (past the 1.5 s limit): it never wrote "survived", which
+    # it would 5 s later, nor returned it.
+    assert [what for _, what in events] == ["start", "soft"]
     after = tmp_path / "after"
     pids = {p.pid.delay(str(after)).get(timeout=T) for _ in range(4)}
     assert killed not in pids  # a fresh process replaced it

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-import time
 
 import pytest
 
+from pyrula.workflows import RunRecord, open_store
 from pyrula_compat import states
 from tests.compat.conftest import Workers, broker_url, lines, proj_workers, wait_until
 
@@ -46,13 +47,30 @@ def test_beat_schedule_fires_each_slot_once_with_two_workers(workers: Workers, p
     env = {"PROJ_BEAT": ticks}
     a = workers.start(env=env)
     b = workers.start(env=env)
-    started = time.monotonic()
     wait_until(lambda: len(lines(ticks)) >= 3, T, "three ticks")
-    elapsed = time.monotonic() - started
-    time.sleep(0.5)
-    stamps = [float(x.split()[0]) for x in lines(ticks)]
-    assert {x.split()[1] for x in lines(ticks)} == {"tick-every-2s"}  # Celery beat's header
-    gaps = [later - earlier for earlier, later in itertools.pairwise(stamps)]
-    assert all(gap > 1.0 for gap in gaps), gaps  # every 2 s, never twice for one slot
-    assert len(stamps) <= elapsed / 2 + 2
-    assert "beat schedule synced" in a.stderr + b.stderr  # the fixture stops both
+    a.stop()
+    b.stop()  # no tick is in flight once both have stopped
+    stamped = [x.split() for x in lines(ticks)]
+    assert {name for _, name, _ in stamped} == {"tick-every-2s"}  # Celery beat's header
+    ran = [run_id for _, _, run_id in stamped]
+    assert len(ran) == len(set(ran)), ran  # each fired run ran once
+    # Each run is one slot of the 2 s schedule (its idempotency key names the slot): no
+    # slot fired twice although both workers fire schedules, and every fire is on the grid.
+    keys = {run.run_id: run.idempotency_key or "" for run in stored_runs(workers.broker)}
+    prefix = "schedule:tick-every-2s:"
+    assert all(keys[run_id].startswith(prefix) for run_id in ran), (ran, keys)
+    slots = sorted(float(keys[run_id][len(prefix) :]) for run_id in ran)
+    gaps = [round(later - earlier, 3) for earlier, later in itertools.pairwise(slots)]
+    assert gaps and all(gap > 0 and gap % 2.0 == 0 for gap in gaps), slots
+    assert "beat schedule synced" in a.stderr + b.stderr
+
+
+def stored_runs(url: str) -> list[RunRecord]:
+    async def read() -> list[RunRecord]:
+        store = open_store(url)
+        try:
+            return await store.list_runs(workflow="proj.tasks.beat_tick", limit=1000)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
-import time
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -119,14 +119,11 @@ async def test_a_rate_of_ten_a_second_spaces_thirty_runs_over_three_seconds(
 
     client = WorkflowClient(engine_store, registry=registry)
     handles = [await client.submit(limited, {"i": i}) for i in range(30)]
-    began = time.monotonic()
     await start_worker(engine_store, [limited])
-    assert [await h.result(timeout=15) for h in handles] == list(range(30))
-    elapsed = time.monotonic() - began
+    assert [await h.result(timeout=60) for h in handles] == list(range(30))
     starts = _starts(await engine_store.list_runs(workflow="limited", limit=100))
     assert len(starts) == 30
     assert starts[-1] - starts[0] >= 2.5  # 29 gaps of 0.1 s: about 2.9 s
-    assert elapsed < 10
     for i, start in enumerate(starts):  # never more than ten starts in any second
         assert sum(1 for s in starts[i:] if s < start + 1.0 - 1e-6) <= 11
 
@@ -155,8 +152,11 @@ async def test_a_rate_key_from_params_limits_each_customer_on_its_own(
     for starts in (acme, globex):
         gaps = [b - a for a, b in itertools.pairwise(starts)]
         assert min(gaps) >= 0.2  # 4/s per customer: 0.25 s apart
-    assert abs(acme[0] - globex[0]) < 0.2  # globex did not wait behind acme's bucket
-    assert abs(acme[-1] - globex[-1]) < 0.4
+    # globex did not wait behind acme's bucket: one bucket for both would space all eight
+    # starts 0.25 s apart (a rate never lets starts come closer, however loaded the
+    # machine); two full buckets let each customer's starts come together.
+    merged = sorted(acme + globex)
+    assert min(b - a for a, b in itertools.pairwise(merged)) < 0.2, (acme, globex)
 
 
 async def test_a_rate_key_splits_limits_within_one_owner(
@@ -170,11 +170,20 @@ async def test_a_rate_key_splits_limits_within_one_owner(
         return customer
 
     client = WorkflowClient(engine_store, registry=registry)
-    for i in range(4):  # a's bucket allows one start every 0.5 s: 1.5 s for all four
-        await client.submit(call_api, {"customer": "a", "i": i})
+    # a's bucket allows one start every 0.5 s: 1.5 s for all four
+    a_runs = [await client.submit(call_api, {"customer": "a", "i": i}) for i in range(4)]
     other = await client.submit(call_api, {"customer": "b", "i": 0})
     await start_worker(engine_store, [call_api])
-    assert await other.result(timeout=0.8) == "b"  # b's own bucket is full
+    assert await other.result(timeout=30) == "b"
+    assert [await h.result(timeout=30) for h in a_runs] == ["a"] * 4
+    starts: dict[str, list[float]] = defaultdict(list)
+    for run in await engine_store.list_runs(workflow="call_api", limit=100):
+        assert run.started_at is not None
+        starts[json.loads(run.params)["customer"]].append(run.started_at)
+    a_starts, [b_start] = sorted(starts["a"]), starts["b"]
+    # b's own bucket is full: it started before a's bucket let a's last run start (at
+    # least 1.5 s after its first, however loaded the machine), not behind a's runs.
+    assert len(a_starts) == 4 and b_start < a_starts[-1], (a_starts, b_start)
 
 
 @pytest.mark.parametrize(

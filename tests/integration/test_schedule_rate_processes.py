@@ -136,13 +136,16 @@ async def test_three_workers_fire_each_slot_of_a_one_second_interval_exactly_onc
     created = store.schedule_create(schedule)
     await asyncio.sleep(20.5)
     store.schedule_update(schedule.schedule_id, enabled=False)
+    disabled_at = await store.now()  # no slot after it can have fired
     await asyncio.sleep(0.5)  # let a fire in flight land
 
     runs = await store.list_runs(workflow=wf.TICK, limit=1000)
     prefix = f"schedule:{schedule.schedule_id}:"
     slots = sorted(float(r.idempotency_key[len(prefix) :]) for r in runs if r.idempotency_key)
     assert len(slots) == len(runs)
-    assert 19 <= len(slots) <= 21, slots
+    # About 20 slots passed; none fired before its time (the count is not bounded by the
+    # test's sleep, which a loaded machine stretches).
+    assert len(slots) >= 19 and slots[-1] <= disabled_at + 1e-3, (slots, disabled_at)
     assert slots[0] == pytest.approx(created.next_fire_at, abs=1e-3)
     gaps = {round(b - a, 3) for a, b in itertools.pairwise(slots)}
     assert gaps == {1.0}  # no slot skipped, none fired twice
@@ -160,16 +163,13 @@ async def test_a_rate_of_ten_a_second_holds_across_two_worker_processes(
     workers.start(2)
     await wait_for(lambda: all_serving(store, 2), 30, "two workers serving")
     client = WorkflowClient(store)
-    began = time.monotonic()
     handles = [await client.submit(wf.limited, {"i": i}) for i in range(30)]
-    assert [await h.result(timeout=30) for h in handles] == list(range(30))
-    elapsed = time.monotonic() - began
+    assert [await h.result(timeout=60) for h in handles] == list(range(30))
 
     runs = await store.list_runs(workflow=wf.LIMITED, limit=100)
     starts = sorted(r.started_at for r in runs if r.started_at is not None)
     assert len(starts) == 30
     assert starts[-1] - starts[0] >= 2.5  # 29 gaps of 0.1 s: about 2.9 s
-    assert elapsed < 15
     for i, start in enumerate(starts):  # the limit is shared, not per worker
         assert sum(1 for s in starts[i:] if s < start + 1.0 - 1e-6) <= 11
     print("runs per worker:", Counter(r.worker_id for r in runs))

@@ -43,7 +43,8 @@ async def test_a_workflow_that_sleeps_a_day_finishes_at_once(registry: Registry)
         start = env.clock()
         user, slept = await env.run(onboarding, {"user": 7})
         assert env.clock() - start >= 1.5 * DAY
-    assert time.monotonic() - began < 2.0  # virtual time: no real waiting
+    # Virtual time: a day and a half passed without real waiting (generous: 30 s).
+    assert time.monotonic() - began < 30
     assert user == 7
     assert slept >= 1.5 * DAY
 
@@ -76,7 +77,7 @@ async def test_delays_backoffs_and_signal_timeouts_are_skipped(registry: Registr
         attempt, verdict, elapsed = await env.result(handle)
         record = await handle.record()
         assert record.started_at is not None and record.started_at >= submitted_at + 5 * 3600
-    assert time.monotonic() - began < 3.0
+    assert time.monotonic() - began < 30  # two days and more of virtual time, not waited
     assert attempts == [1, 2, 3]
     assert (attempt, verdict) == (3, "timed out")
     assert elapsed >= 3600 + 7200 + 2 * DAY  # backoffs of 1 h and 2 h, then the timeout

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -119,11 +120,13 @@ async def test_calls_queued_behind_blocked_threads_spread_over_the_pool() -> Non
     pool = StepThreadPool(8)
     loop = asyncio.get_running_loop()
     try:
-        started = time.monotonic()
-        used = await asyncio.gather(*[pool.run_soon(loop, _sleep_then_ident) for _ in range(8)])
-        # One after the other they would take 8 x 0.3 s: each got a thread after STALL.
+        meet = threading.Barrier(8, timeout=MEET)
+        used = await asyncio.gather(
+            *[pool.run_soon(loop, _meet_then_ident(meet)) for _ in range(8)]
+        )
+        # Each call blocks until all 8 run at once: one after the other they would break
+        # the barrier. Each got a thread of its own after STALL.
         assert len(set(used)) == 8
-        assert time.monotonic() - started < 1.5
     finally:
         pool.shutdown()
 
@@ -141,21 +144,30 @@ def test_a_pool_outlives_the_loop_that_was_to_look_again() -> None:
 
     async def blocked_calls_still_spread() -> list[int]:
         loop = asyncio.get_running_loop()
-        return await asyncio.gather(*[pool.run_soon(loop, _sleep_then_ident) for _ in range(2)])
+        meet = threading.Barrier(2, timeout=MEET)  # broken if they run one after the other
+        return await asyncio.gather(
+            *[pool.run_soon(loop, _meet_then_ident(meet)) for _ in range(2)]
+        )
 
     try:
         asyncio.run(leave_a_look_pending())
         gate.set()
-        started = time.monotonic()
         assert len(set(asyncio.run(blocked_calls_still_spread()))) == 2
-        assert time.monotonic() - started < 0.55  # not one after the other (0.6 s)
     finally:
         pool.shutdown()
 
 
-def _sleep_then_ident() -> int:
-    time.sleep(0.3)
-    return threading.get_ident()
+MEET = 30.0
+"""How long a call waits for the others at its barrier: calls that run at the same time
+meet at once; calls run one after the other never do (the barrier breaks)."""
+
+
+def _meet_then_ident(meet: threading.Barrier) -> Callable[[], int]:
+    def call() -> int:
+        meet.wait()
+        return threading.get_ident()
+
+    return call
 
 
 def test_submitted_calls_get_a_thread_each_when_the_awake_one_blocks() -> None:

@@ -28,7 +28,7 @@ import pytest
 from pyrula.workflows import WorkflowClient, open_store
 from pyrula.workflows.stores.valkey import ValkeyStore
 from tests.chaos.check import FaultWindow, check, quiesce, take_snapshot
-from tests.chaos.harness import LOCK_TTL, Cluster, Worker
+from tests.chaos.harness import LOCK_TTL, Cluster, Worker, generous
 from tests.fixtures.chaos_workflows import WORKFLOW, expected_result
 from tests.valkey.servers import ValkeyProcess, fresh_namespace
 
@@ -37,7 +37,6 @@ from .lease_watch import SAMPLE_EVERY, SHARDS, LeaseWatch
 
 TTL = 2.0
 INTERVAL = 0.5
-SLACK = 1.0  # beyond ttl + interval: scheduling, the sampling period, a busy event loop
 
 
 async def until(what: Callable[[], bool], timeout: float, describe: Callable[[], str]) -> float:
@@ -236,13 +235,13 @@ async def test_kill_and_stop_hand_every_shard_over_without_overlap(
     assert report.figures["in_flight_at_faults"] >= 2, figures
     # The dead and the stopped worker's shards owned again within ttl + interval (+ slack);
     # none ever unowned past one interval (a lapsed or given-back one goes at a next tick).
-    assert max(kill_handover.values()) <= TTL + INTERVAL + SLACK, figures
-    assert max(stop_handover.values()) <= TTL + INTERVAL + SLACK, figures
-    assert max(gaps, default=0.0) <= INTERVAL + 4 * SAMPLE_EVERY + 0.2, figures
+    assert max(kill_handover.values()) <= generous(TTL + INTERVAL), figures
+    assert max(stop_handover.values()) <= generous(TTL + INTERVAL), figures
+    assert max(gaps, default=0.0) <= generous(INTERVAL + 4 * SAMPLE_EVERY), figures
     assert overlaps == [], overlaps[:5]
     # The resumed worker ticks at once and holds only what a rebalance gives it; no worker
     # (nor it, before its tick's reply) claims as its own a shard whose lease had lapsed.
-    assert first_tick - resumed_at <= INTERVAL + 0.5, figures
+    assert first_tick - resumed_at <= generous(INTERVAL), figures
     assert over_target == [], over_target[:5]
     assert lapsed == [], lapsed[:5]
     assert zombie.alive() and survivor.alive()
@@ -299,11 +298,13 @@ async def test_ten_workers_for_eight_shards(make_store: MakeStore, topology: str
         (shard,) = beliefs[victim]
         loops[names.index(victim)].cancel()  # a crash: its lease lapses after the ttl
         crashed = time.monotonic()
+        # Handed over within ttl + interval (the guarantee), generously.
+        within = generous(FAST["shard_lease_ttl"] + FAST["shard_lease_interval"])
         while (await server_view(first)).get(shard) in (None, victim):
-            assert time.monotonic() - crashed < FAST["shard_lease_ttl"] + 2, victim
+            assert time.monotonic() - crashed < within, victim
             await asyncio.sleep(0.02)
         handover = time.monotonic() - crashed
-        assert handover <= FAST["shard_lease_ttl"] + FAST["shard_lease_interval"] + SLACK
+        assert handover <= within
         view = await server_view(first)
         assert view[shard] in idle and len(set(view.values())) == SHARDS, view
         print(f"10 workers/8 shards: converged in {converged:.2f}s, handover {handover:.2f}s")

@@ -38,7 +38,7 @@ from pyrula.workflows.projections import LEASE_TTL, decode_cursor
 from pyrula.workflows.stores.valkey import ValkeyStore
 from pyrula.workflows.sync import WorkflowClient as BlockingClient
 from tests.chaos import harness
-from tests.chaos.harness import LOCK_TTL, Cluster, Supervisor, Worker
+from tests.chaos.harness import LOCK_TTL, Cluster, Supervisor, Worker, generous
 from tests.chaos.nemesis import valkey_store, valkey_url  # noqa: F401  (fixture)
 from tests.valkey import trigger_app
 from tests.valkey.servers import ValkeyProcess
@@ -290,7 +290,9 @@ async def test_a_projection_moves_on_when_its_holder_is_killed(
         f"projections.LEASE_TTL {LEASE_TTL}s unused by workers); {len(cut)} batch(es) "
         "written before the kill"
     )
-    assert takeover < left + 3.0, (takeover, left)
+    # Taken over once the killed holder's lease ran out (left) and the other worker looked
+    # again (3 s), generously for a loaded machine.
+    assert takeover < left + generous(3.0), (takeover, left)
 
     ended = await store.ended_runs(None, 10 * RUNS)
     assert {run.run_id for run in ended} == set(run_ids)

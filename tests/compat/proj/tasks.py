@@ -153,7 +153,7 @@ def record(value, path):
 
 @app.task(bind=True)
 def beat_tick(self, path):
-    _append(path, f"{time.time():.3f} {self.request.periodic_task_name}")
+    _append(path, f"{time.time():.3f} {self.request.periodic_task_name} {self.request.id}")
 
 
 @app.task(rate_limit="5/s")

@@ -75,6 +75,7 @@ def __getattr__(name: str) -> Any:
         return ValkeyStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "ArchiveSchemaMismatch",
     "ArchivingStore",

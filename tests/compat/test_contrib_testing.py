@@ -139,3 +139,22 @@ def test_context_mock_is_a_mock_that_works_in_with() -> None:
     assert mock.__exit__.called
     with pytest.raises(KeyError), mock:
         raise KeyError("through")  # __exit__ does not swallow it
+
+
+def test_start_worker_takes_celerys_worker_options() -> None:
+    """A project's ``celery_worker_parameters`` may hold Celery's worker options
+    (``without_heartbeat``...): accepted and ignored, beside pyrula's own."""
+    from pyrula_compat.contrib.testing.worker import start_worker
+
+    app = Celery("options", broker="memory://", set_as_current=False)
+
+    @app.task(name="options.add")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    with start_worker(
+        app, without_heartbeat=False, without_mingle=True, queues=["celery"],
+        claim_poll_interval=0.02, perform_ping_check=False,
+    ) as worker:  # fmt: skip
+        assert worker.options.claim_poll_interval == 0.02
+        assert add.delay(2, 3).get(timeout=20) == 5

@@ -4,6 +4,7 @@ one-file scripts (as ``celery.contrib.testing.worker.start_worker``)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import threading
@@ -120,9 +121,15 @@ def start_worker(
     shutdown_timeout: float = 10.0,
     **options: Any,
 ) -> Iterator[TestWorker]:
-    """Serve ``app``'s tasks on a background thread until the block ends."""
+    """Serve ``app``'s tasks on a background thread until the block ends.
+
+    ``options`` may be :class:`WorkerOptions` fields; anything else is a Celery worker
+    option (``without_heartbeat``, ``queues``, ...), accepted and ignored as Celery's
+    test worker accepts them."""
     test_worker_starting.send(sender=app)
-    settings = {**FAST, "max_concurrent_runs": max(1, concurrency) * 4, **options}
+    fields = {f.name for f in dataclasses.fields(WorkerOptions)}
+    ours = {name: value for name, value in options.items() if name in fields}
+    settings = {**FAST, "max_concurrent_runs": max(1, concurrency) * 4, **ours}
     worker = TestWorker(app, WorkerOptions(**settings), ping_task_timeout)
     worker.start()
     try:

@@ -105,7 +105,9 @@ def test_runs_list_with_the_server_down(down_url: str) -> None:
 
 
 def test_worker_with_the_server_down(down_url: str) -> None:
-    result = run_cli("worker", "--workflow", MODULE, "--store", down_url)
+    # --no-retry-on-startup: exit at once (by default a worker retries, as Celery's does;
+    # tests/integration/test_worker_health.py covers that).
+    result = run_cli("worker", "--workflow", MODULE, "--store", down_url, "--no-retry-on-startup")
     assert result.returncode == 1, result
     assert_one_line(result.stderr, "failed: cannot reach Valkey at", masked(down_url))
 

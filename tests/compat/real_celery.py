@@ -10,10 +10,13 @@ Processes that run Celery get it on ``PYTHONPATH``.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 VERSION = "5.7.0"
 PACKAGES = (
@@ -35,3 +38,20 @@ def celery_dir() -> Path:
             check=True, capture_output=True,
         )  # fmt: skip
     return target
+
+
+def differences_from_celery(
+    script: Path, probe: Callable[[str], Any], env: dict[str, str] | None = None
+) -> dict[str, tuple[Any, Any]]:
+    """Run a probe ``script`` under real Celery (its ``celery`` mode, in a process with
+    Celery on its path) and ``probe("pyrula_compat")`` here; return every answer that
+    differs, as (Celery's, ours). Empty when the drop-in answers as Celery does."""
+    out = subprocess.run(
+        [sys.executable, str(script), "celery"], capture_output=True, text=True,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(celery_dir())},
+        timeout=120, check=False, cwd="/",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    theirs = json.loads(out.stdout)
+    ours = json.loads(json.dumps(probe("pyrula_compat"), sort_keys=True, default=str))
+    return {k: (v, ours.get(k)) for k, v in theirs.items() if ours.get(k) != v}

@@ -5,10 +5,6 @@ the same results as Celery 5.7's (``canvas_probe.py`` runs under both)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,21 +13,13 @@ from pyrula_compat import Celery, chain, group
 from pyrula_compat.canvas import Signature
 from pyrula_compat.contrib.abortable import AbortableAsyncResult, AbortableTask
 from tests.compat.canvas_probe import probe
-from tests.compat.real_celery import celery_dir
+from tests.compat.real_celery import differences_from_celery
 
 HERE = Path(__file__).resolve().parent
 
 
 def test_the_methods_give_what_celerys_give() -> None:
-    out = subprocess.run(
-        [sys.executable, str(HERE / "canvas_probe.py"), "celery"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(celery_dir())},
-        timeout=120, check=False, cwd="/",
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    theirs = json.loads(out.stdout)
-    ours = json.loads(json.dumps(probe("pyrula_compat"), sort_keys=True, default=str))
-    assert {k: (v, ours.get(k)) for k, v in theirs.items() if ours.get(k) != v} == {}
+    assert differences_from_celery(HERE / "canvas_probe.py", probe) == {}
 
 
 def test_the_methods_stated() -> None:
